@@ -1,0 +1,53 @@
+"""Durable conversation memory for AI agents in a real SQL database.
+
+A drop-in for the OpenAI Agents SDK's session classes: ``SQLAlchemySession`` on
+SQLite (the embedded default) or Postgres, where only the URL changes between a
+laptop and production.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from agents_memory._errors import (
+    AgentsMemoryError,
+    CorruptItemError,
+    SchemaNotReadyError,
+    SessionClosedError,
+    UnsupportedDatabaseError,
+)
+from agents_memory._protocol import Session, SessionABC, SessionSettings, TResponseInputItem
+from agents_memory._sqlalchemy._engine import create_engine
+from agents_memory._sqlalchemy._session import SQLAlchemySession
+from agents_memory._sqlalchemy._store import SessionInfo, SessionPage, SessionStore
+from agents_memory._tables import TableNames
+from agents_memory._urls import DEFAULT_URL, mask_url, normalize_url
+from agents_memory.models import get_models
+
+try:
+    __version__ = version("agents-memory")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
+    __version__ = "0.0.0"
+
+__all__ = [
+    "DEFAULT_URL",
+    "AgentsMemoryError",
+    "CorruptItemError",
+    "SQLAlchemySession",
+    "SchemaNotReadyError",
+    "Session",
+    "SessionABC",
+    "SessionClosedError",
+    "SessionInfo",
+    "SessionPage",
+    "SessionSettings",
+    "SessionStore",
+    "TResponseInputItem",
+    "TableNames",
+    "UnsupportedDatabaseError",
+    "__version__",
+    "create_engine",
+    "get_models",
+    "mask_url",
+    "normalize_url",
+]

@@ -1,0 +1,110 @@
+"""The one JSON rule for stored items: what may be written, and how rows are read back.
+
+Items are validated and encoded *before* any statement runs, so a bad item in a
+batch means nothing of that batch is written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal, TypeAlias
+
+from agents_memory._errors import CorruptItemError
+
+logger = logging.getLogger("agents_memory")
+
+OnCorrupt: TypeAlias = Literal["skip", "raise"]
+"""What a read does with a stored row whose JSON does not decode."""
+
+_encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_ascii_encoder = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+_decode = json.JSONDecoder().decode
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _check_keys(item: dict[str, Any]) -> None:
+    """Reject non-string keys, which ``json`` would silently turn into strings.
+
+    Such an item would not come back as it went in, so it is refused instead.
+    """
+    stack: list[Any] = [item]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            for key, child in value.items():
+                if not isinstance(key, str):
+                    msg = f"item keys must be str, got {type(key).__name__} key {key!r}"
+                    raise TypeError(msg)
+                if not isinstance(child, _SCALARS):
+                    stack.append(child)
+        elif isinstance(value, list | tuple):
+            stack.extend(v for v in value if not isinstance(v, _SCALARS))
+
+
+def encode_item(item: object, *, index: int = 0) -> str:
+    """Encode one item; raise ``TypeError``/``ValueError`` if it would not round-trip."""
+    if not isinstance(item, dict):
+        msg = f"item {index} must be a dict (a Responses-API input item), got {type(item).__name__}"
+        raise TypeError(msg)
+    _check_keys(item)
+    try:
+        text = _encoder.encode(item)
+    except TypeError as exc:
+        msg = f"item {index} is not JSON-serialisable: {exc}"
+        raise TypeError(msg) from None
+    except ValueError as exc:
+        msg = f"item {index} holds a value JSON cannot represent (NaN or Infinity): {exc}"
+        raise ValueError(msg) from None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate cannot be stored as UTF-8; the \\u escape keeps it exactly.
+        text = _ascii_encoder.encode(item)
+    return text
+
+
+def encode_items(items: Sequence[object]) -> list[str]:
+    """Encode a whole batch up front, so that one bad item rejects the batch before any write."""
+    if isinstance(items, str | bytes | dict) or not isinstance(items, Sequence):
+        msg = f"items must be a list of dicts, got {type(items).__name__}"
+        raise TypeError(msg)
+    return [encode_item(item, index=i) for i, item in enumerate(items)]
+
+
+def decode_row(data: object, *, row_id: object, on_corrupt: OnCorrupt) -> dict[str, Any] | None:
+    """Decode one stored row; ``None`` means it is not a JSON object and was skipped."""
+    reason = "not a JSON object"
+    try:
+        value = _decode(data.decode("utf-8") if isinstance(data, bytes) else data)  # type: ignore[arg-type]
+    except (ValueError, TypeError, AttributeError) as exc:
+        reason = f"not valid JSON ({exc})"
+    else:
+        if type(value) is dict:
+            return value
+    if on_corrupt == "raise":
+        msg = f"stored item {row_id} is {reason}"
+        raise CorruptItemError(msg)
+    logger.warning("skipping stored item %s: %s", row_id, reason)
+    return None
+
+
+def decode_rows(
+    rows: Iterable[tuple[object, object]], *, on_corrupt: OnCorrupt
+) -> list[dict[str, Any]]:
+    """Decode ``(id, message_data)`` rows in order, skipping (or raising on) corrupt ones."""
+    out: list[dict[str, Any]] = []
+    for row_id, data in rows:
+        try:
+            value = _decode(data)  # type: ignore[arg-type]  # fast path: str holding an object
+        except (ValueError, TypeError):
+            value = None
+        if type(value) is dict:
+            out.append(value)
+            continue
+        item = decode_row(data, row_id=row_id, on_corrupt=on_corrupt)
+        if item is not None:
+            out.append(item)
+    return out

@@ -1,0 +1,193 @@
+"""The operations themselves, shared by every session and store on one engine and name set.
+
+A session object is cheap (a backend and an id); the backend keeps the
+prepared statements and the engine's shared write lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from agents_memory._codec import OnCorrupt, decode_row, decode_rows
+from agents_memory._errors import SessionClosedError
+from agents_memory._sqlalchemy._engine import EngineState, engine_state
+from agents_memory._sqlalchemy._schema import ensure_schema, schema_errors
+from agents_memory._sqlalchemy._statements import Statements, statements_for
+from agents_memory._tables import TableNames
+
+
+class Backend:
+    """Runs the protocol's operations for any session id against one engine and name set."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        names: TableNames,
+        *,
+        create_tables: bool = False,
+        on_corrupt: OnCorrupt = "skip",
+        owns_engine: bool = False,
+    ) -> None:
+        if on_corrupt not in ("skip", "raise"):
+            msg = f"on_corrupt must be 'skip' or 'raise', got {on_corrupt!r}"
+            raise ValueError(msg)
+        self.engine = engine
+        self.names = names
+        self.on_corrupt: OnCorrupt = on_corrupt
+        self.owns_engine = owns_engine
+        self.state: EngineState = engine_state(engine)
+        self.st: Statements = statements_for(names, self.state.dialect)
+        self._pg = self.state.dialect == "postgresql"
+        # One statement per operation on Postgres: no BEGIN/COMMIT round trips needed.
+        self._autocommit = (
+            engine.execution_options(isolation_level="AUTOCOMMIT") if self._pg else engine
+        )
+        self._create_tables = create_tables
+        self._closed = False
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            msg = "this session's engine was closed with close(); create a new session"
+            raise SessionClosedError(msg)
+
+    async def _prepare(self) -> None:
+        self._check_open()
+        if self._create_tables:
+            await ensure_schema(self.engine, self.names)
+            self._create_tables = False
+
+    @contextlib.asynccontextmanager
+    async def _read(self) -> AsyncIterator[AsyncConnection]:
+        await self._prepare()
+        async with self.state.reading(), self._autocommit.connect() as conn:
+            with schema_errors(self.engine, self.names):
+                yield conn
+
+    @contextlib.asynccontextmanager
+    async def _write(self, *, single_statement: bool) -> AsyncIterator[AsyncConnection]:
+        """Open a connection for one write, holding the engine's write lock where needed.
+
+        A single statement runs in autocommit on Postgres (it is atomic on its own);
+        anything else is a transaction that commits on success and rolls back on error.
+        """
+        await self._prepare()
+        async with self.state.writing():
+            if single_statement and self._pg:
+                async with self._autocommit.connect() as conn:
+                    with schema_errors(self.engine, self.names):
+                        yield conn
+            else:
+                async with self.engine.begin() as conn:
+                    with schema_errors(self.engine, self.names):
+                        yield conn
+
+    async def close(self) -> None:
+        """Dispose the engine if this backend created it; later operations raise."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.owns_engine:
+            await self.engine.dispose()
+
+    # -- the protocol -------------------------------------------------------------------------
+
+    async def add(self, session_id: str, data: Sequence[str]) -> None:
+        """Append already-encoded items in one transaction."""
+        if not data:
+            return
+        st = self.st
+        if st.append is not None:
+            async with self._write(single_statement=True) as conn:
+                await conn.execute(st.append, {"sid": session_id, "data": list(data)})
+            return
+        async with self._write(single_statement=False) as conn:
+            await conn.execute(st.upsert_session, {"sid": session_id})
+            await conn.execute(st.insert_messages, [{"sid": session_id, "data": d} for d in data])
+
+    async def get(self, session_id: str, limit: int | None) -> list[dict[str, Any]]:
+        """All items, or the latest ``limit`` valid ones, oldest first."""
+        if limit == 0:
+            return []
+        st = self.st
+        async with self._read() as conn:
+            if limit is None:
+                rows = (await conn.execute(st.select_all, {"sid": session_id})).all()
+                return decode_rows(rows, on_corrupt=self.on_corrupt)
+            rows = (await conn.execute(st.select_latest, {"sid": session_id, "n": limit})).all()
+            items = decode_rows(reversed(rows), on_corrupt=self.on_corrupt)
+            if len(items) < limit and len(rows) == limit:
+                items = await self._refill(conn, session_id, items, limit, int(rows[-1][0]))
+            return items
+
+    async def _refill(
+        self,
+        conn: AsyncConnection,
+        session_id: str,
+        items: list[dict[str, Any]],
+        limit: int,
+        before: int,
+    ) -> list[dict[str, Any]]:
+        """Corrupt rows were skipped: read further back so ``limit`` still counts valid items."""
+        while len(items) < limit:
+            want = limit - len(items)
+            params = {"sid": session_id, "before": before, "n": want}
+            rows: Sequence[Row[Any]] = (await conn.execute(self.st.select_older, params)).all()
+            if not rows:
+                break
+            items = decode_rows(reversed(rows), on_corrupt=self.on_corrupt) + items  # type: ignore[arg-type]
+            before = int(rows[-1][0])
+            if len(rows) < want:
+                break
+        return items
+
+    async def iterate(self, session_id: str, batch_size: int) -> AsyncIterator[dict[str, Any]]:
+        """Every item oldest first, fetched ``batch_size`` rows at a time (bounded memory)."""
+        if batch_size < 1:
+            msg = f"batch_size must be >= 1, got {batch_size}"
+            raise ValueError(msg)
+        after = -1
+        while True:
+            async with self._read() as conn:
+                params = {"sid": session_id, "after": after, "n": batch_size}
+                rows = (await conn.execute(self.st.select_after, params)).all()
+            for item in decode_rows(rows, on_corrupt=self.on_corrupt):
+                yield item
+            if len(rows) < batch_size:
+                return
+            after = int(rows[-1][0])
+
+    async def pop(self, session_id: str) -> dict[str, Any] | None:
+        """Atomically remove and return the newest valid item.
+
+        A corrupt newest row holds no item to return: it is removed (with a warning)
+        and the next one is popped. With ``on_corrupt="raise"`` the transaction rolls
+        back instead, leaving the row for inspection.
+        """
+        single = self.on_corrupt == "skip"
+        while True:
+            async with self._write(single_statement=single) as conn:
+                row = (await conn.execute(self.st.pop, {"sid": session_id})).first()
+                if row is None:
+                    return None
+                item = decode_row(row[1], row_id=row[0], on_corrupt=self.on_corrupt)
+            if item is not None:
+                return item
+
+    async def clear(self, session_id: str) -> bool:
+        """Delete the session row and all its items at once; True if the session existed."""
+        st = self.st
+        if st.clear is not None:
+            async with self._write(single_statement=True) as conn:
+                result = await conn.execute(st.clear, {"sid": session_id})
+                return bool(result.rowcount)
+        async with self._write(single_statement=False) as conn:
+            await conn.execute(st.delete_messages, {"sid": session_id})
+            result = await conn.execute(st.delete_session, {"sid": session_id})
+            return bool(result.rowcount)

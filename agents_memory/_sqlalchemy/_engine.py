@@ -1,0 +1,112 @@
+"""Engine creation and the per-engine state every session on that engine shares.
+
+SQLite allows one writer at a time per file. Rather than let concurrent writers
+collide and retry on "database is locked", each engine gets one asyncio lock
+that its writers queue on; readers run in parallel under WAL. Postgres gets no
+lock at all, so its throughput grows with the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import weakref
+from collections.abc import AsyncIterator
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import StaticPool
+
+from agents_memory._urls import is_sqlite_memory, normalize_url
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+"""How long a SQLite writer waits for another *process* holding the file's write lock."""
+
+
+def _sqlite_on_connect(dbapi_connection: Any, _record: object) -> None:  # noqa: ANN401
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.execute("PRAGMA journal_mode = WAL")
+    finally:
+        cursor.close()
+
+
+class EngineState:
+    """What all sessions and stores on one engine share: the dialect facts and the write lock."""
+
+    __slots__ = (
+        "__weakref__",
+        "_lock",
+        "_lock_loop",
+        "dialect",
+        "serialize_all",
+        "serialize_writes",
+    )
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.dialect: str = engine.dialect.name
+        self.serialize_writes = self.dialect == "sqlite"
+        # One shared connection (in-memory SQLite): readers must queue too.
+        self.serialize_all = self.serialize_writes and is_sqlite_memory(engine.url)
+        self._lock: asyncio.Lock | None = None
+        self._lock_loop: asyncio.AbstractEventLoop | None = None
+
+    def _get_lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        if self._lock is None or self._lock_loop is not loop:
+            self._lock = asyncio.Lock()
+            self._lock_loop = loop
+        return self._lock
+
+    @contextlib.asynccontextmanager
+    async def writing(self) -> AsyncIterator[None]:
+        """Hold the engine's write lock where the database needs one (SQLite)."""
+        if not self.serialize_writes:
+            yield
+            return
+        async with self._get_lock():
+            yield
+
+    @contextlib.asynccontextmanager
+    async def reading(self) -> AsyncIterator[None]:
+        """Readers only queue when they would share the one connection with a writer."""
+        if not self.serialize_all:
+            yield
+            return
+        async with self._get_lock():
+            yield
+
+
+_states: weakref.WeakKeyDictionary[Engine, EngineState] = weakref.WeakKeyDictionary()
+
+
+def engine_state(engine: AsyncEngine) -> EngineState:
+    """Return the shared state of ``engine``, configuring SQLite connections on first sight."""
+    sync_engine = engine.sync_engine
+    state = _states.get(sync_engine)
+    if state is None:
+        state = EngineState(engine)
+        if state.dialect == "sqlite" and not event.contains(
+            sync_engine, "connect", _sqlite_on_connect
+        ):
+            event.listen(sync_engine, "connect", _sqlite_on_connect)
+        _states[sync_engine] = state
+    return state
+
+
+def create_engine(url: str | URL, **engine_kwargs: Any) -> AsyncEngine:  # noqa: ANN401
+    """Create an async engine for ``url`` (normalised to our async drivers) with safe defaults.
+
+    In-memory SQLite gets a single shared connection, or every connection would
+    see its own empty database.
+    """
+    normalized = normalize_url(url)
+    if is_sqlite_memory(normalized):
+        engine_kwargs.setdefault("poolclass", StaticPool)
+    engine = create_async_engine(normalized, **engine_kwargs)
+    engine_state(engine)
+    return engine

@@ -1,0 +1,163 @@
+"""``SQLAlchemySession``: the Agents SDK's class of the same name, on our backend."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Any, Self
+
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agents_memory._codec import OnCorrupt, encode_items
+from agents_memory._errors import SessionClosedError
+from agents_memory._ids import validate_session_id
+from agents_memory._protocol import SessionABC, SessionSettings, TResponseInputItem, resolve_limit
+from agents_memory._sqlalchemy._backend import Backend
+from agents_memory._sqlalchemy._engine import create_engine
+from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
+from agents_memory._urls import mask_url
+
+
+class SQLAlchemySession(SessionABC):
+    """One conversation's history in SQLite or Postgres, through an async SQLAlchemy engine.
+
+    Pass ``engine=`` to share your application's engine (the session never closes
+    it), or use :meth:`from_url` to let the session own one. For many
+    conversations, prefer :class:`~agents_memory.SessionStore`, which hands out
+    sessions over one connection pool.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        engine: AsyncEngine,
+        create_tables: bool = False,
+        sessions_table: str = DEFAULT_SESSIONS_TABLE,
+        messages_table: str = DEFAULT_MESSAGES_TABLE,
+        session_settings: SessionSettings | None = None,
+        on_corrupt: OnCorrupt = "skip",
+    ) -> None:
+        names = TableNames(sessions_table, messages_table)
+        backend = Backend(engine, names, create_tables=create_tables, on_corrupt=on_corrupt)
+        self._init(session_id, backend, session_settings, owns_backend=True)
+
+    def _init(
+        self,
+        session_id: str,
+        backend: Backend,
+        session_settings: SessionSettings | None,
+        *,
+        owns_backend: bool,
+    ) -> None:
+        self.session_id: str = validate_session_id(session_id)
+        self.session_settings: SessionSettings | None = session_settings or SessionSettings()
+        self._backend = backend
+        self._owns_backend = owns_backend
+        self._closed = False
+
+    def _live(self) -> Backend:
+        if self._closed:
+            msg = f"session {self.session_id!r} was closed; create a new one to keep using it"
+            raise SessionClosedError(msg)
+        return self._backend
+
+    @classmethod
+    def _from_backend(
+        cls, session_id: str, backend: Backend, session_settings: SessionSettings | None
+    ) -> Self:
+        """Make a session over an existing backend (the store's), skipping engine setup."""
+        self = cls.__new__(cls)
+        self._init(session_id, backend, session_settings, owns_backend=False)
+        return self
+
+    @classmethod
+    def from_url(
+        cls,
+        session_id: str,
+        *,
+        url: str | URL,
+        engine_kwargs: dict[str, Any] | None = None,
+        **kwargs: Any,  # noqa: ANN401
+    ) -> Self:
+        """Create a session that owns an engine for ``url``; close it with ``close()``.
+
+        Plain ``sqlite:///``, ``postgresql://`` and ``postgres://`` URLs are mapped
+        to the async drivers.
+        """
+        engine = create_engine(url, **(engine_kwargs or {}))
+        self = cls(session_id, engine=engine, **kwargs)
+        self._backend.owns_engine = True
+        return self
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine this session runs on."""
+        return self._backend.engine
+
+    @property
+    def table_names(self) -> TableNames:
+        """The validated table names this session reads and writes."""
+        return self._backend.names
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(session_id={self.session_id!r}, "
+            f"url={mask_url(self.engine.url)!r}, tables={self._backend.names!r})"
+        )
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """Return the latest ``limit`` items (all when ``None``) in chronological order.
+
+        Without an explicit limit, ``session_settings.limit`` applies.
+        """
+        n = resolve_limit(limit, self.session_settings)
+        return await self._live().get(self.session_id, n)  # type: ignore[return-value]
+
+    async def iter_items(self, *, batch_size: int = 500) -> AsyncIterator[TResponseInputItem]:
+        """Yield every item oldest first, reading ``batch_size`` rows at a time.
+
+        Memory stays bounded by the batch, however long the conversation; each
+        batch is its own short read, so a stream interleaved with writes sees
+        items appended before it reaches the end.
+        """
+        async for item in self._live().iterate(self.session_id, batch_size):
+            yield item  # type: ignore[misc]
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items`` in order, atomically: all of them or (on any error) none.
+
+        Every item is validated and encoded first; one that is not a
+        JSON-serialisable dict raises ``TypeError`` before anything is written.
+        """
+        data = encode_items(items)
+        await self._live().add(self.session_id, data)
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Atomically remove and return the newest item; ``None`` when the session is empty."""
+        return await self._live().pop(self.session_id)  # type: ignore[return-value]
+
+    async def clear_session(self) -> None:
+        """Delete the session and all of its items."""
+        await self._live().clear(self.session_id)
+
+    async def close(self) -> None:
+        """Close this session; dispose the engine too if the session created it (``from_url``).
+
+        An engine passed in, or a store's, is left open for its owner to close.
+        """
+        self._closed = True
+        if self._owns_backend:
+            await self._backend.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -1,0 +1,140 @@
+"""SQL statements for one table-name set and dialect, built once and reused.
+
+Building a statement per call costs more than running it on SQLite, so each
+set is built once (cached by names and dialect). Where SQL allows it, a write
+is a single statement, so it is atomic on its own and costs one round trip.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from sqlalchemy import (
+    Delete,
+    Executable,
+    Table,
+    TextClause,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    text,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql.dml import Insert
+
+from agents_memory._tables import TableNames
+from agents_memory.models import get_models
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Statements:
+    """Every statement the hot path runs, for one table-name set on one dialect."""
+
+    sessions: Table
+    messages: Table
+    upsert_session: Executable
+    """Create the session row or bump ``updated_at`` (params: ``sid``)."""
+    insert_messages: Insert
+    """Executemany insert (params: ``sid``, ``data``)."""
+    append: TextClause | None
+    """Postgres only: session upsert and multi-row insert as one statement."""
+    select_all: Executable
+    select_latest: Executable
+    """Newest first (params: ``sid``, ``n``); callers reverse."""
+    select_after: Executable
+    """Oldest first from an id on (params: ``sid``, ``after``, ``n``), for streaming."""
+    select_older: Executable
+    """Newest first below an id (``sid``, ``before``, ``n``): refills a limit past corrupt rows."""
+    pop: TextClause
+    """Delete and return the newest item (``sid``)."""
+    delete_messages: Delete
+    delete_session: Delete
+    clear: TextClause | None
+    """Postgres only: both deletes as one statement (``sid``)."""
+
+
+@functools.cache
+def statements_for(names: TableNames, dialect: str) -> Statements:
+    """Build (once) the statements for ``names`` on ``dialect``."""
+    models = get_models(names)
+    sessions: Table = models.Session.__table__
+    messages: Table = models.Message.__table__
+    s, m = names.sessions, names.messages  # validated identifiers (agents_memory._tables)
+    sid = bindparam("sid", type_=sessions.c.session_id.type)
+
+    upsert_session: Executable
+    if dialect == "postgresql":
+        pg = postgresql.insert(sessions).values(session_id=sid)
+        upsert_session = pg.on_conflict_do_update(
+            index_elements=[sessions.c.session_id],
+            set_={"updated_at": func.current_timestamp()},
+        )
+    else:
+        lite = sqlite.insert(sessions).values(session_id=sid)
+        upsert_session = lite.on_conflict_do_update(
+            index_elements=[sessions.c.session_id],
+            set_={"updated_at": func.current_timestamp()},
+        )
+
+    append = None
+    clear = None
+    if dialect == "postgresql":
+        # The uncorrelated sub-select is a one-time filter evaluated before the first row,
+        # so the session row is upserted (and row-locked) before any id is drawn: batches
+        # written concurrently to one session queue on that lock and stay contiguous.
+        append = text(
+            f"WITH s AS (INSERT INTO {s} (session_id) VALUES (:sid) "
+            "ON CONFLICT (session_id) DO UPDATE SET updated_at = CURRENT_TIMESTAMP "
+            "RETURNING 1) "
+            f"INSERT INTO {m} (session_id, message_data) "
+            "SELECT :sid, t.d FROM unnest(CAST(:data AS TEXT[])) WITH ORDINALITY AS t(d, o) "
+            "WHERE (SELECT count(*) FROM s) = 1 ORDER BY t.o"
+        ).bindparams(bindparam("data", type_=postgresql.ARRAY(postgresql.TEXT())))
+        clear = text(
+            f"WITH m AS (DELETE FROM {m} WHERE session_id = :sid) "
+            f"DELETE FROM {s} WHERE session_id = :sid"
+        )
+        # FOR UPDATE: a concurrent popper waits, then moves on to the next row, so each
+        # item is claimed exactly once and nobody sees "empty" while items remain.
+        pop = text(
+            f"DELETE FROM {m} WHERE id = (SELECT id FROM {m} WHERE session_id = :sid "
+            "ORDER BY id DESC LIMIT 1 FOR UPDATE) RETURNING id, message_data"
+        )
+    else:
+        # SQLite: callers hold the engine's write lock, and the file lock serialises processes.
+        pop = text(
+            f"DELETE FROM {m} WHERE id = (SELECT id FROM {m} WHERE session_id = :sid "
+            "ORDER BY id DESC LIMIT 1) RETURNING id, message_data"
+        )
+
+    cols = (messages.c.id, messages.c.message_data)
+    by_session = messages.c.session_id == sid
+    return Statements(
+        sessions=sessions,
+        messages=messages,
+        upsert_session=upsert_session,
+        insert_messages=insert(messages).values(
+            session_id=bindparam("sid"), message_data=bindparam("data")
+        ),
+        append=append,
+        select_all=select(*cols).where(by_session).order_by(messages.c.id),
+        select_latest=select(*cols)
+        .where(by_session)
+        .order_by(messages.c.id.desc())
+        .limit(bindparam("n")),
+        select_after=select(*cols)
+        .where(by_session, messages.c.id > bindparam("after"))
+        .order_by(messages.c.id)
+        .limit(bindparam("n")),
+        select_older=select(*cols)
+        .where(by_session, messages.c.id < bindparam("before"))
+        .order_by(messages.c.id.desc())
+        .limit(bindparam("n")),
+        pop=pop,
+        delete_messages=delete(messages).where(by_session),
+        delete_session=delete(sessions).where(sessions.c.session_id == sid),
+        clear=clear,
+    )

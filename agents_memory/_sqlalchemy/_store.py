@@ -1,0 +1,180 @@
+"""``SessionStore``: one engine and one table-name set, handing out any number of sessions.
+
+An app with many conversations should hold one store for its lifetime, so all
+of them share one connection pool (and, on SQLite, one write queue).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as dt
+import json
+from types import TracebackType
+from typing import Any, Self
+
+from sqlalchemy import Select, String, bindparam, func, select, tuple_
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agents_memory._codec import OnCorrupt
+from agents_memory._ids import validate_session_id
+from agents_memory._protocol import SessionSettings
+from agents_memory._sqlalchemy._backend import Backend
+from agents_memory._sqlalchemy._engine import create_engine
+from agents_memory._sqlalchemy._session import SQLAlchemySession
+from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
+from agents_memory._urls import DEFAULT_URL, mask_url
+
+MAX_PAGE_SIZE = 1000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """What a listing shows about one stored session."""
+
+    session_id: str
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    item_count: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionPage:
+    """One page of :meth:`SessionStore.list_sessions`; pass ``next_cursor`` to get the next."""
+
+    sessions: list[SessionInfo]
+    next_cursor: str | None
+
+
+def _encode_cursor(info: SessionInfo) -> str:
+    raw = json.dumps([info.updated_at.isoformat(), info.session_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode("ascii")
+
+
+def _decode_cursor(cursor: str) -> tuple[dt.datetime, str]:
+    try:
+        stamp, session_id = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
+        return dt.datetime.fromisoformat(stamp), str(session_id)
+    except (ValueError, TypeError, UnicodeError) as exc:
+        msg = "invalid cursor: pass the next_cursor of a previous page unchanged"
+        raise ValueError(msg) from exc
+
+
+class SessionStore:
+    """Sessions over one engine and one table-name set, plus listing and deletion."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        sessions_table: str = DEFAULT_SESSIONS_TABLE,
+        messages_table: str = DEFAULT_MESSAGES_TABLE,
+        create_tables: bool = False,
+        session_settings: SessionSettings | None = None,
+        on_corrupt: OnCorrupt = "skip",
+    ) -> None:
+        names = TableNames(sessions_table, messages_table)
+        self._backend = Backend(engine, names, create_tables=create_tables, on_corrupt=on_corrupt)
+        self.session_settings = session_settings
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str | URL = DEFAULT_URL,
+        *,
+        engine_kwargs: dict[str, Any] | None = None,
+        **kwargs: Any,  # noqa: ANN401
+    ) -> Self:
+        """Create a store that owns an engine for ``url``; close it with ``close()``."""
+        engine = create_engine(url, **(engine_kwargs or {}))
+        self = cls(engine, **kwargs)
+        self._backend.owns_engine = True
+        return self
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine every session of this store shares."""
+        return self._backend.engine
+
+    @property
+    def table_names(self) -> TableNames:
+        """The validated table names of this store."""
+        return self._backend.names
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(url={mask_url(self.engine.url)!r}, "
+            f"tables={self._backend.names!r})"
+        )
+
+    def session(
+        self, session_id: str, *, session_settings: SessionSettings | None = None
+    ) -> SQLAlchemySession:
+        """A session over this store's pool; cheap, so make one per conversation or request."""
+        return SQLAlchemySession._from_backend(  # noqa: SLF001
+            session_id, self._backend, session_settings or self.session_settings
+        )
+
+    def _listing(self) -> Select[Any]:
+        """Sessions with their item counts (a correlated count per row, using the index)."""
+        st = self._backend.st
+        s, m = st.sessions.c, st.messages.c
+        count = select(func.count()).where(m.session_id == s.session_id).scalar_subquery()
+        return select(s.session_id, s.created_at, s.updated_at, count.label("item_count"))
+
+    @staticmethod
+    def _info(row: Any) -> SessionInfo:  # noqa: ANN401
+        return SessionInfo(str(row[0]), row[1], row[2], int(row[3]))
+
+    async def list_sessions(self, *, limit: int = 50, cursor: str | None = None) -> SessionPage:
+        """Sessions newest-updated first, ``limit`` per page, paginated by keyset.
+
+        Keyset pagination (not OFFSET) keeps every page equally fast and never
+        skips or repeats a session that is updated while you page.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE_SIZE:
+            msg = f"limit must be an int from 1 to {MAX_PAGE_SIZE}, got {limit!r}"
+            raise ValueError(msg)
+        s = self._backend.st.sessions.c
+        query = self._listing().order_by(s.updated_at.desc(), s.session_id.desc()).limit(limit + 1)
+        if cursor is not None:
+            stamp, after_id = _decode_cursor(cursor)
+            stamp_param: Any = stamp
+            if self._backend.state.dialect == "sqlite":
+                # SQLite keeps CURRENT_TIMESTAMP text; compare in the same format, not SQLAlchemy's.
+                fmt = "%Y-%m-%d %H:%M:%S" if not stamp.microsecond else "%Y-%m-%d %H:%M:%S.%f"
+                stamp_param = bindparam("after_stamp", stamp.strftime(fmt), type_=String())
+            query = query.where(tuple_(s.updated_at, s.session_id) < tuple_(stamp_param, after_id))
+        async with self._backend._read() as conn:  # noqa: SLF001
+            rows = (await conn.execute(query)).all()
+        infos = [self._info(r) for r in rows[:limit]]
+        next_cursor = _encode_cursor(infos[-1]) if len(rows) > limit else None
+        return SessionPage(infos, next_cursor)
+
+    async def get_session(self, session_id: str) -> SessionInfo | None:
+        """The listing entry of one session, or ``None`` if it does not exist."""
+        s = self._backend.st.sessions.c
+        query = self._listing().where(s.session_id == validate_session_id(session_id))
+        async with self._backend._read() as conn:  # noqa: SLF001
+            row = (await conn.execute(query)).first()
+        return None if row is None else self._info(row)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a session and all its items; ``True`` if it existed."""
+        return await self._backend.clear(validate_session_id(session_id))
+
+    async def close(self) -> None:
+        """Dispose the engine if the store created it (``from_url``); sessions then raise."""
+        await self._backend.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -1,0 +1,114 @@
+"""Declarative SQLAlchemy 2.x models for one table-name set, built by a cached factory.
+
+Each :class:`TableNames` gets its own ``DeclarativeBase`` (and so its own
+``MetaData``) whose naming convention derives every constraint and index name
+from the table it belongs to. That metadata is what Alembic compares the
+database with; the hot path uses the same ``Table`` objects through Core.
+
+The default names give the module-level :data:`Session` and :data:`Message`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from typing import Any, NamedTuple
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    func,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from agents_memory._ids import SESSION_ID_MAX_LENGTH
+from agents_memory._tables import TableNames
+
+NAMING_CONVENTION = {
+    "ix": "idx_%(table_name)s_%(column_0_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+"""Stable, table-derived names for every constraint and index (the index matches the seed's)."""
+
+
+class Models(NamedTuple):
+    """The ORM classes and metadata of one table-name set."""
+
+    Session: type[Any]
+    Message: type[Any]
+    metadata: MetaData
+    names: TableNames
+
+
+def get_models(names: TableNames | None = None) -> Models:
+    """Return the models for ``names`` (the default pair when ``None``), built once per set."""
+    return _build(names or TableNames())
+
+
+@functools.cache
+def _build(names_: TableNames) -> Models:
+
+    class Base(DeclarativeBase):
+        metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+    # Integer (not BigInteger) on SQLite: only "INTEGER PRIMARY KEY" is the rowid alias.
+    id_type = BigInteger().with_variant(Integer(), "sqlite")
+
+    class Session(Base):
+        """One conversation; its row exists while the conversation has been written to."""
+
+        __tablename__ = names_.sessions
+
+        session_id: Mapped[str] = mapped_column(String(SESSION_ID_MAX_LENGTH), primary_key=True)
+        created_at: Mapped[dt.datetime] = mapped_column(
+            DateTime(), server_default=func.current_timestamp(), nullable=False
+        )
+        updated_at: Mapped[dt.datetime] = mapped_column(
+            DateTime(), server_default=func.current_timestamp(), nullable=False
+        )
+        messages: Mapped[list[Message]] = relationship(  # type: ignore[valid-type]
+            back_populates="session",
+            order_by=lambda: Message.id,
+            cascade="all, delete-orphan",
+            passive_deletes=True,
+        )
+
+    class Message(Base):
+        """One stored item, its JSON text kept exactly as written."""
+
+        __tablename__ = names_.messages
+        __table_args__ = (
+            Index(None, "session_id", "id"),
+            {"sqlite_autoincrement": True},
+        )
+
+        id: Mapped[int] = mapped_column(id_type, primary_key=True, autoincrement=True)
+        session_id: Mapped[str] = mapped_column(
+            String(SESSION_ID_MAX_LENGTH),
+            ForeignKey(f"{names_.sessions}.session_id", ondelete="CASCADE"),
+            nullable=False,
+        )
+        message_data: Mapped[str] = mapped_column(Text(), nullable=False)
+        created_at: Mapped[dt.datetime] = mapped_column(
+            DateTime(), server_default=func.current_timestamp(), nullable=False
+        )
+        session: Mapped[Session] = relationship(back_populates="messages")
+
+    return Models(Session=Session, Message=Message, metadata=Base.metadata, names=names_)
+
+
+_default = get_models()
+Session = _default.Session
+Message = _default.Message
+metadata = _default.metadata
+
+__all__ = ["NAMING_CONVENTION", "Message", "Models", "Session", "get_models", "metadata"]

@@ -1,0 +1,47 @@
+"""Sessions for tests (one per database), lint, type checks and benchmarks.
+
+Reads Python versions and extras from pyproject.toml; the database is a
+parameter: ``nox -s "tests(db='postgres')"``. Plain ``nox`` runs everything.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import nox
+
+PYPROJECT = nox.project.load_toml("pyproject.toml")
+SUPPORTED = nox.project.python_versions(PYPROJECT)
+CURRENT = f"{sys.version_info.major}.{sys.version_info.minor}"
+PYTHON = CURRENT if CURRENT in SUPPORTED else SUPPORTED[0]
+DATABASES = ["sqlite", "postgres"]
+
+nox.options.sessions = ["lint", "typecheck", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("db", DATABASES)
+def tests(session: nox.Session, db: str) -> None:
+    """Run the whole suite against the built package (not the source tree) on one database."""
+    session.install(".[test]")
+    session.run(
+        "pytest",
+        *(session.posargs or ["tests"]),
+        env={"AGENTS_MEMORY_TEST_DB": db},
+    )
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """Ruff lint and format check."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """Type-check the package and the user-side typing tests with mypy --strict."""
+    session.install(".[test]", "mypy")
+    session.run("mypy")

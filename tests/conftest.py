@@ -1,0 +1,141 @@
+"""One fixture parametrises every backend; each test gets its own tables.
+
+Backends come from ``AGENTS_MEMORY_TEST_DB`` (comma-separated: ``sqlite``,
+``postgres``; default both). Postgres is reached at
+``AGENTS_MEMORY_TEST_POSTGRES_URL`` (default ``postgresql://root@127.0.0.1:5432/test``);
+when it does not answer its tests are skipped with the reason, unless ``CI`` is set,
+in which case they fail: CI must never pass by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agents_memory import SessionStore, TableNames, create_engine
+
+POSTGRES_URL = os.environ.get(
+    "AGENTS_MEMORY_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test"
+)
+SELECTED = {
+    name.strip()
+    for name in os.environ.get("AGENTS_MEMORY_TEST_DB", "sqlite,postgres").split(",")
+    if name.strip()
+}
+IN_CI = bool(os.environ.get("CI"))
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One database a test runs against."""
+
+    id: str
+    kind: str  # "sqlite" or "postgres"
+    url: str
+
+
+def _server_answers(url: str) -> str | None:
+    """None if a TCP server answers at the URL's host and port, else why not."""
+    parsed = make_url(url)
+    host, port = parsed.host or "127.0.0.1", parsed.port or 5432
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return None
+    except OSError as exc:
+        return f"no Postgres server answers at {host}:{port} ({exc})"
+
+
+def require_server(kind: str, url: str) -> None:
+    """Skip (or, under CI, fail) when the server behind ``url`` is not reachable."""
+    reason = _server_answers(url)
+    if reason is None:
+        return
+    message = f"{reason}; set AGENTS_MEMORY_TEST_DB=sqlite to run without {kind}"
+    if IN_CI:
+        pytest.fail(f"CI is set, so a missing server is a failure: {message}")
+    pytest.skip(message)
+
+
+def _backends() -> list[pytest.param]:  # type: ignore[valid-type]
+    params = []
+    if "sqlite" in SELECTED:
+        params.append(pytest.param("sqlite-file", id="sqlite-file"))
+        params.append(pytest.param("sqlite-memory", id="sqlite-memory"))
+    if "postgres" in SELECTED:
+        params.append(pytest.param("postgres", id="postgres"))
+    return params
+
+
+@pytest.fixture(params=_backends())
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """The database under test: every test using it runs once per selected backend."""
+    kind_id: str = request.param
+    if kind_id == "sqlite-file":
+        return Backend(kind_id, "sqlite", f"sqlite+aiosqlite:///{tmp_path / 'store.db'}")
+    if kind_id == "sqlite-memory":
+        return Backend(kind_id, "sqlite", "sqlite+aiosqlite://")
+    require_server("postgres", POSTGRES_URL)
+    return Backend(kind_id, "postgres", POSTGRES_URL)
+
+
+@pytest.fixture
+def file_backend(backend: Backend) -> Backend:
+    """Like ``backend``, but only databases that outlive one engine (not in-memory SQLite)."""
+    if backend.id == "sqlite-memory":
+        pytest.skip("needs a database shared between engines or processes")
+    return backend
+
+
+@pytest.fixture
+def names() -> TableNames:
+    """A fresh table-name pair, so tests (and parallel runs) never share tables."""
+    tag = uuid.uuid4().hex[:10]
+    return TableNames(f"t{tag}_sessions", f"t{tag}_messages")
+
+
+async def drop_tables(engine: AsyncEngine, names: TableNames) -> None:
+    """Remove a test's tables (and its version table) from a shared server."""
+    async with engine.begin() as conn:
+        for table in (names.messages, names.sessions, names.version_table):
+            await conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
+
+
+@pytest.fixture
+async def engine(backend: Backend, names: TableNames) -> AsyncIterator[AsyncEngine]:
+    """An engine on the backend; tables it gets are dropped afterwards."""
+    eng = create_engine(backend.url)
+    try:
+        yield eng
+    finally:
+        if backend.kind != "sqlite":
+            await drop_tables(eng, names)
+        await eng.dispose()
+
+
+@pytest.fixture
+async def store(engine: AsyncEngine, names: TableNames) -> AsyncIterator[SessionStore]:
+    """A store with its schema created on the backend under test."""
+    s = SessionStore(
+        engine, sessions_table=names.sessions, messages_table=names.messages, create_tables=True
+    )
+    yield s
+    await s.close()
+
+
+def pytest_report_header() -> list[str]:
+    """Say which copy of the package is under test and which databases are selected."""
+    import agents_memory  # noqa: PLC0415
+
+    return [
+        f"agents_memory {agents_memory.__version__} from {Path(agents_memory.__file__).parent}",
+        f"databases: {', '.join(sorted(SELECTED))} (AGENTS_MEMORY_TEST_DB); CI={IN_CI}",
+    ]

@@ -1,0 +1,120 @@
+"""SessionStore: one pool for many sessions, listing by keyset, deletion."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from agents_memory import SessionStore
+
+
+async def test_sessions_share_one_pool(store: SessionStore) -> None:
+    """Every session a store hands out runs on the store's one engine."""
+    a, b = store.session("a"), store.session("b")
+    assert a.engine is b.engine is store.engine
+
+
+async def test_list_newest_updated_first_with_counts(store: SessionStore) -> None:
+    """Listing orders by last update, newest first, with item counts and times."""
+    for sid, n in (("old", 1), ("mid", 2), ("new", 3)):
+        await store.session(sid).add_items([{"i": i} for i in range(n)])
+        await asyncio.sleep(1.05 if store.engine.dialect.name == "sqlite" else 0.01)
+    page = await store.list_sessions()
+    assert [(i.session_id, i.item_count) for i in page.sessions] == [
+        ("new", 3),
+        ("mid", 2),
+        ("old", 1),
+    ]
+    assert page.next_cursor is None
+    assert all(i.created_at <= i.updated_at for i in page.sessions)
+    # writing to "old" makes it the most recently updated
+    await store.session("old").add_items([{"i": 9}])
+    page = await store.list_sessions()
+    assert page.sessions[0].session_id == "old"
+    assert page.sessions[0].item_count == 2
+
+
+async def test_keyset_pagination_visits_each_session_once(store: SessionStore) -> None:
+    """Paging with next_cursor returns every session exactly once, in listing order."""
+    ids = [f"s{i:02d}" for i in range(23)]
+    await asyncio.gather(*(store.session(sid).add_items([{"x": 1}]) for sid in ids))
+    seen: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        page = await store.list_sessions(limit=5, cursor=cursor)
+        pages += 1
+        assert len(page.sessions) <= 5
+        seen += [i.session_id for i in page.sessions]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert sorted(seen) == ids
+    assert len(seen) == len(set(seen))
+    assert pages == 5
+    full = await store.list_sessions(limit=1000)
+    assert [i.session_id for i in full.sessions] == seen
+
+
+async def test_list_rejects_bad_arguments(store: SessionStore) -> None:
+    """A bad page size or a tampered cursor is a ValueError."""
+    with pytest.raises(ValueError, match="limit"):
+        await store.list_sessions(limit=0)
+    with pytest.raises(ValueError, match="cursor"):
+        await store.list_sessions(cursor="not-a-cursor")
+
+
+async def test_get_and_delete_session(store: SessionStore) -> None:
+    """get_session describes one session; delete_session removes it and reports if it existed."""
+    await store.session("a").add_items([{"x": 1}, {"x": 2}])
+    info = await store.get_session("a")
+    assert info is not None
+    assert info.item_count == 2
+    assert await store.delete_session("a") is True
+    assert await store.delete_session("a") is False
+    assert await store.get_session("a") is None
+    assert await store.session("a").get_items() == []
+
+
+async def test_store_from_url_and_close(backend: Any, names: Any) -> None:
+    """A store made from a URL owns its engine and closes it on exit."""
+    async with SessionStore.from_url(
+        backend.url,
+        sessions_table=names.sessions,
+        messages_table=names.messages,
+        create_tables=True,
+    ) as st:
+        await st.session("x").add_items([{"a": 1}])
+        assert (await st.get_session("x")) is not None
+        await st.delete_session("x")
+
+
+async def test_postgres_runs_sessions_in_parallel(backend: Any, store: SessionStore) -> None:
+    """On Postgres, concurrent writes use several pooled connections at once (no global lock).
+
+    On SQLite the writers queue on one per-engine lock instead, so writers never hold
+    more than one connection at a time.
+    """
+    in_use = 0
+    peak = 0
+
+    def checkout(*_: object) -> None:
+        nonlocal in_use, peak
+        in_use += 1
+        peak = max(peak, in_use)
+
+    def checkin(*_: object) -> None:
+        nonlocal in_use
+        in_use -= 1
+
+    await store.session("warm").add_items([{"w": 1}])
+    event.listen(store.engine.sync_engine, "checkout", checkout)
+    event.listen(store.engine.sync_engine, "checkin", checkin)
+    await asyncio.gather(*(store.session(f"p{i}").add_items([{"i": i}]) for i in range(32)))
+    if backend.kind == "postgres":
+        assert peak > 1
+    else:
+        assert peak == 1

@@ -1,0 +1,60 @@
+"""The JSON rule for items: exact round trip or a typed error."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from agents_memory import CorruptItemError
+from agents_memory._codec import decode_rows, encode_item, encode_items
+
+
+def test_encoding_is_compact_and_keeps_unicode() -> None:
+    """Non-ASCII text is stored as UTF-8, not as escapes; output is valid JSON."""
+    text = encode_item({"t": "é 中 😀"})
+    assert text == '{"t":"é 中 😀"}'
+    assert json.loads(text) == {"t": "é 中 😀"}
+
+
+def test_lone_surrogate_is_escaped_and_round_trips() -> None:
+    """A lone surrogate cannot be UTF-8; it is escaped so it still round-trips exactly."""
+    item = {"t": "a\udc80b"}
+    text = encode_item(item)
+    text.encode("utf-8")
+    assert json.loads(text) == item
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        (None, TypeError),
+        ([1], TypeError),
+        ({"a": {1: 2}}, TypeError),
+        ({"a": [{"b": object()}]}, TypeError),
+        ({"a": float("-inf")}, ValueError),
+    ],
+)
+def test_bad_items(bad: object, error: type[Exception]) -> None:
+    """Non-dicts, non-string keys, unserialisable values and NaN/Infinity are refused."""
+    with pytest.raises(error):
+        encode_item(bad)
+
+
+def test_batch_must_be_a_sequence_of_dicts() -> None:
+    """A dict, string or generator is not a batch."""
+    for bad in ({"a": 1}, "abc", b"abc", (x for x in [{}])):
+        with pytest.raises(TypeError):
+            encode_items(bad)  # type: ignore[arg-type]
+
+
+def test_decode_skips_or_raises(caplog: pytest.LogCaptureFixture) -> None:
+    """Corrupt rows are skipped with a warning, or raise CorruptItemError when asked."""
+    rows = [(1, '{"a":1}'), (2, "{broken"), (3, "[1,2]"), (4, '{"b":2}')]
+    with caplog.at_level(logging.WARNING, logger="agents_memory"):
+        assert decode_rows(rows, on_corrupt="skip") == [{"a": 1}, {"b": 2}]
+    assert "stored item 2" in caplog.text
+    assert "stored item 3" in caplog.text
+    with pytest.raises(CorruptItemError, match="stored item 2"):
+        decode_rows(rows, on_corrupt="raise")

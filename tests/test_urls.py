@@ -1,0 +1,47 @@
+"""URL normalisation and masking: one rule, used everywhere."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from agents_memory import UnsupportedDatabaseError, mask_url, normalize_url
+
+
+@pytest.mark.parametrize(
+    ("given", "driver"),
+    [
+        ("sqlite:///x.db", "sqlite+aiosqlite"),
+        ("sqlite://", "sqlite+aiosqlite"),
+        ("sqlite+aiosqlite:///x.db", "sqlite+aiosqlite"),
+        ("postgresql://u@h/db", "postgresql+asyncpg"),
+        ("postgres://u@h/db", "postgresql+asyncpg"),
+        ("postgresql+asyncpg://u@h/db", "postgresql+asyncpg"),
+    ],
+)
+def test_plain_urls_map_to_async_drivers(given: str, driver: str) -> None:
+    """Plain URLs get the async driver; database, host and user are kept."""
+    url = normalize_url(given)
+    assert url.drivername == driver
+    assert url.database == make_url(given).database
+    assert url.host == make_url(given).host
+
+
+@pytest.mark.parametrize(
+    "given", ["oracle://u@h/db", "postgresql+psycopg2://u@h/db", "sqlite+pysqlite:///x", "nope"]
+)
+def test_unsupported_urls_name_the_supported_ones(given: str) -> None:
+    """Unsupported databases or drivers get an error that lists what works."""
+    with pytest.raises(UnsupportedDatabaseError) as info:
+        normalize_url(given)
+    assert "asyncpg" in str(info.value) or "aiosqlite" in str(info.value)
+
+
+def test_password_is_masked_in_errors_and_display() -> None:
+    """A password never appears in a masked URL or in an unsupported-URL error."""
+    assert "s3cret" not in mask_url("postgresql://bob:s3cret@db.example.com/app")
+    assert "bob" in mask_url("postgresql://bob:s3cret@db.example.com/app")
+    assert "s3cret" not in mask_url("garbage://bob:s3cret@::::")
+    with pytest.raises(UnsupportedDatabaseError) as info:
+        normalize_url("oracle://bob:s3cret@db/x")
+    assert "s3cret" not in str(info.value)
