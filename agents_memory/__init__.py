@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from agents_memory import migrations
 from agents_memory._errors import (
     AgentsMemoryError,
     CorruptItemError,
@@ -49,5 +50,6 @@ __all__ = [
     "create_engine",
     "get_models",
     "mask_url",
+    "migrations",
     "normalize_url",
 ]

@@ -16,6 +16,19 @@ MAX_IDENTIFIER_LENGTH = 63
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
+NAMING_CONVENTION = {
+    "ix": "idx_%(table_name)s_%(column_0_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+"""Stable, table-derived names for every constraint and index (the index matches the seed's).
+
+Models and migrations both name constraints through it; SQLAlchemy shortens a name
+past a backend's limit with a stable hash suffix. Changing it needs a migration.
+"""
+
 DEFAULT_SESSIONS_TABLE = "agent_sessions"
 DEFAULT_MESSAGES_TABLE = "agent_messages"
 

@@ -15,6 +15,7 @@ import functools
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     DateTime,
     ForeignKey,
@@ -25,19 +26,14 @@ from sqlalchemy import (
     Text,
     func,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from agents_memory._ids import SESSION_ID_MAX_LENGTH
-from agents_memory._tables import TableNames
+from agents_memory._tables import NAMING_CONVENTION, TableNames
 
-NAMING_CONVENTION = {
-    "ix": "idx_%(table_name)s_%(column_0_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-"""Stable, table-derived names for every constraint and index (the index matches the seed's)."""
+METADATA_TYPE = JSON().with_variant(postgresql.JSONB(), "postgresql")
+"""JSONB on Postgres, so metadata filters can use containment (``@>``)."""
 
 
 class Models(NamedTuple):
@@ -67,6 +63,7 @@ def _build(names_: TableNames) -> Models:
         """One conversation; its row exists while the conversation has been written to."""
 
         __tablename__ = names_.sessions
+        __table_args__ = (Index(None, "updated_at"),)
 
         session_id: Mapped[str] = mapped_column(String(SESSION_ID_MAX_LENGTH), primary_key=True)
         created_at: Mapped[dt.datetime] = mapped_column(
@@ -75,6 +72,10 @@ def _build(names_: TableNames) -> Models:
         updated_at: Mapped[dt.datetime] = mapped_column(
             DateTime(), server_default=func.current_timestamp(), nullable=False
         )
+        session_metadata: Mapped[dict[str, Any] | None] = mapped_column(
+            "metadata", METADATA_TYPE, nullable=True
+        )
+        """Free-form JSON tags (column ``metadata``; the attribute name is SQLAlchemy's own)."""
         messages: Mapped[list[Message]] = relationship(  # type: ignore[valid-type]
             back_populates="session",
             order_by=lambda: Message.id,

@@ -48,6 +48,7 @@ class Backend:
             engine.execution_options(isolation_level="AUTOCOMMIT") if self._pg else engine
         )
         self._create_tables = create_tables
+        self._schema_ready = False
         self._closed = False
 
     # -- plumbing -----------------------------------------------------------------------------
@@ -59,9 +60,9 @@ class Backend:
 
     async def _prepare(self) -> None:
         self._check_open()
-        if self._create_tables:
-            await ensure_schema(self.engine, self.names)
-            self._create_tables = False
+        if not self._schema_ready:
+            await ensure_schema(self.engine, self.names, create=self._create_tables)
+            self._schema_ready = True
 
     @contextlib.asynccontextmanager
     async def _read(self) -> AsyncIterator[AsyncConnection]:
@@ -87,6 +88,14 @@ class Backend:
                 async with self.engine.begin() as conn:
                     with schema_errors(self.engine, self.names):
                         yield conn
+
+    def reading(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
+        """A connection for a read outside the protocol (listing, metadata)."""
+        return self._read()
+
+    def writing(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
+        """A connection for one single-statement write outside the protocol."""
+        return self._write(single_statement=True)
 
     async def close(self) -> None:
         """Dispose the engine if this backend created it; later operations raise."""

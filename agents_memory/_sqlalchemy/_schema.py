@@ -11,10 +11,10 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agents_memory import migrations
 from agents_memory._errors import SchemaNotReadyError
 from agents_memory._tables import TableNames
 from agents_memory._urls import mask_url
-from agents_memory.models import get_models
 
 _MISSING_MARKERS = ("no such table", "does not exist", "doesn't exist", "no such column")
 _MISSING_SQLSTATES = {"42P01", "42703"}  # undefined table / column (Postgres)
@@ -56,8 +56,28 @@ _ready: weakref.WeakKeyDictionary[Engine, set[TableNames]] = weakref.WeakKeyDict
 _locks: weakref.WeakKeyDictionary[Engine, asyncio.Lock] = weakref.WeakKeyDictionary()
 
 
-async def ensure_schema(engine: AsyncEngine, names: TableNames) -> None:
-    """Create the tables for ``names`` once per engine; concurrent callers wait for the first."""
+def _not_ready(engine: AsyncEngine, names: TableNames, at: str | None, head: str) -> str:
+    where = f"{names.sessions}/{names.messages} in {mask_url(engine.url)}"
+    if at is None:
+        state = f"the agents_memory schema ({where}) has not been created or migrated"
+    elif at not in {r.revision for r in migrations.history()}:
+        return (
+            f"the agents_memory schema ({where}) is at revision {at}, which this version of "
+            f"agents_memory ({head} is its newest) does not know; upgrade the package"
+        )
+    else:
+        state = f"the agents_memory schema ({where}) is at revision {at}, not {head}"
+    return f"{state}; run `{upgrade_command(engine, names)}` (or pass create_tables=True)"
+
+
+async def ensure_schema(engine: AsyncEngine, names: TableNames, *, create: bool) -> None:
+    """Make sure the schema of ``names`` is at head, once per engine.
+
+    With ``create`` the migrations run (the same scripts as ``agents-memory db
+    upgrade``); otherwise the version table is read once and a missing or
+    out-of-date schema raises :class:`SchemaNotReadyError` naming the command.
+    Concurrent first calls wait for one check.
+    """
     sync_engine = engine.sync_engine
     if names in _ready.get(sync_engine, ()):
         return
@@ -65,7 +85,17 @@ async def ensure_schema(engine: AsyncEngine, names: TableNames) -> None:
     async with lock:
         if names in _ready.get(sync_engine, ()):
             return
-        metadata = get_models(names).metadata
-        async with engine.begin() as conn:
-            await conn.run_sync(metadata.create_all)
+        head = migrations.head()
+        kwargs = {"sessions_table": names.sessions, "messages_table": names.messages}
+        if create:
+            await migrations.upgrade(engine, **kwargs)
+        else:
+            at = await migrations.current(engine, **kwargs)
+            if at != head:
+                raise SchemaNotReadyError(_not_ready(engine, names, at, head))
         _ready.setdefault(sync_engine, set()).add(names)
+
+
+def forget_schema(engine: AsyncEngine, names: TableNames) -> None:
+    """Drop the cached "schema is ready" fact (after a downgrade, for instance)."""
+    _ready.get(engine.sync_engine, set()).discard(names)

@@ -15,6 +15,11 @@ from agents_memory._ids import validate_session_id
 from agents_memory._protocol import SessionABC, SessionSettings, TResponseInputItem, resolve_limit
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._engine import create_engine
+from agents_memory._sqlalchemy._metadata import (
+    get_metadata_statement,
+    set_metadata_statement,
+    validate_metadata,
+)
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 from agents_memory._urls import mask_url
 
@@ -141,6 +146,28 @@ class SQLAlchemySession(SessionABC):
     async def clear_session(self) -> None:
         """Delete the session and all of its items."""
         await self._live().clear(self.session_id)
+
+    async def get_metadata(self) -> dict[str, Any]:
+        """The session's metadata tags (``{}`` when none were set or the session is new)."""
+        backend = self._live()
+        statement = get_metadata_statement(backend.names, backend.state.dialect)
+        async with backend.reading() as conn:
+            value = (await conn.execute(statement, {"sid": self.session_id})).scalar()
+        return dict(value) if isinstance(value, dict) else {}
+
+    async def set_metadata(self, metadata: dict[str, Any]) -> None:
+        """Replace this session's metadata (creating the session if needed).
+
+        Tag conversations (user, channel, topic…) and find them again with
+        ``SessionStore.list_sessions(metadata={...})``. The dict follows the same
+        JSON rule as items: anything that would not round-trip is a ``TypeError``
+        or ``ValueError`` before anything is written.
+        """
+        backend = self._live()
+        value = validate_metadata(metadata)
+        statement = set_metadata_statement(backend.names, backend.state.dialect)
+        async with backend.writing() as conn:
+            await conn.execute(statement, {"sid": self.session_id, "meta": value})
 
     async def close(self) -> None:
         """Close this session; dispose the engine too if the session created it (``from_url``).

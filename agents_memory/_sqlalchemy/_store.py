@@ -10,6 +10,7 @@ import base64
 import dataclasses
 import datetime as dt
 import json
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -22,6 +23,7 @@ from agents_memory._ids import validate_session_id
 from agents_memory._protocol import SessionSettings
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._engine import create_engine
+from agents_memory._sqlalchemy._metadata import FilterValue, metadata_filter
 from agents_memory._sqlalchemy._session import SQLAlchemySession
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 from agents_memory._urls import DEFAULT_URL, mask_url
@@ -37,6 +39,8 @@ class SessionInfo:
     created_at: dt.datetime
     updated_at: dt.datetime
     item_count: int
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The session's metadata tags (see ``SQLAlchemySession.set_metadata``)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -121,23 +125,36 @@ class SessionStore:
         st = self._backend.st
         s, m = st.sessions.c, st.messages.c
         count = select(func.count()).where(m.session_id == s.session_id).scalar_subquery()
-        return select(s.session_id, s.created_at, s.updated_at, count.label("item_count"))
+        return select(
+            s.session_id, s.created_at, s.updated_at, count.label("item_count"), s["metadata"]
+        )
 
     @staticmethod
     def _info(row: Any) -> SessionInfo:  # noqa: ANN401
-        return SessionInfo(str(row[0]), row[1], row[2], int(row[3]))
+        meta = row[4] if isinstance(row[4], dict) else {}
+        return SessionInfo(str(row[0]), row[1], row[2], int(row[3]), meta)
 
-    async def list_sessions(self, *, limit: int = 50, cursor: str | None = None) -> SessionPage:
+    async def list_sessions(
+        self,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        metadata: Mapping[str, FilterValue] | None = None,
+    ) -> SessionPage:
         """Sessions newest-updated first, ``limit`` per page, paginated by keyset.
 
         Keyset pagination (not OFFSET) keeps every page equally fast and never
-        skips or repeats a session that is updated while you page.
+        repeats a session while you page. ``metadata={"user": "u1"}`` keeps only
+        sessions whose metadata has each of those keys with exactly that value.
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE_SIZE:
             msg = f"limit must be an int from 1 to {MAX_PAGE_SIZE}, got {limit!r}"
             raise ValueError(msg)
         s = self._backend.st.sessions.c
         query = self._listing().order_by(s.updated_at.desc(), s.session_id.desc()).limit(limit + 1)
+        if metadata is not None:
+            sessions = self._backend.st.sessions
+            query = query.where(metadata_filter(sessions, self._backend.state.dialect, metadata))
         if cursor is not None:
             stamp, after_id = _decode_cursor(cursor)
             stamp_param: Any = stamp
@@ -146,7 +163,7 @@ class SessionStore:
                 fmt = "%Y-%m-%d %H:%M:%S" if not stamp.microsecond else "%Y-%m-%d %H:%M:%S.%f"
                 stamp_param = bindparam("after_stamp", stamp.strftime(fmt), type_=String())
             query = query.where(tuple_(s.updated_at, s.session_id) < tuple_(stamp_param, after_id))
-        async with self._backend._read() as conn:  # noqa: SLF001
+        async with self._backend.reading() as conn:
             rows = (await conn.execute(query)).all()
         infos = [self._info(r) for r in rows[:limit]]
         next_cursor = _encode_cursor(infos[-1]) if len(rows) > limit else None
@@ -156,7 +173,7 @@ class SessionStore:
         """The listing entry of one session, or ``None`` if it does not exist."""
         s = self._backend.st.sessions.c
         query = self._listing().where(s.session_id == validate_session_id(session_id))
-        async with self._backend._read() as conn:  # noqa: SLF001
+        async with self._backend.reading() as conn:
             row = (await conn.execute(query)).first()
         return None if row is None else self._info(row)
 

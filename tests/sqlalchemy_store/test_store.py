@@ -118,3 +118,57 @@ async def test_postgres_runs_sessions_in_parallel(backend: Any, store: SessionSt
         assert peak > 1
     else:
         assert peak == 1
+
+
+async def test_metadata_set_get_and_filter(store: SessionStore) -> None:
+    """Sessions carry JSON metadata; listing filters on exact top-level values."""
+    a, b, c = store.session("a"), store.session("b"), store.session("c")
+    assert await a.get_metadata() == {}
+    await a.set_metadata({"user": "u1", "vip": True, "n": 3, "tags": ["x"], "deep": {"k": "ü"}})
+    await b.set_metadata({"user": "u2", "vip": False, "n": 3.5})
+    await c.add_items([{"x": 1}])
+    assert await a.get_metadata() == {
+        "user": "u1",
+        "vip": True,
+        "n": 3,
+        "tags": ["x"],
+        "deep": {"k": "ü"},
+    }
+
+    async def ids(**filters: Any) -> list[str]:
+        page = await store.list_sessions(metadata=filters)
+        return sorted(i.session_id for i in page.sessions)
+
+    assert await ids(user="u1") == ["a"]
+    assert await ids(vip=True) == ["a"]
+    assert await ids(vip=False) == ["b"]
+    assert await ids(n=3) == ["a"]
+    assert await ids(n=3.5) == ["b"]
+    assert await ids(user="u1", vip=False) == []
+    assert await ids(user="nobody") == []
+    info = await store.get_session("a")
+    assert info is not None
+    assert info.metadata["user"] == "u1"
+    assert info.item_count == 0
+    # replacing metadata keeps the items
+    await c.set_metadata({"user": "u3"})
+    assert await c.get_items() == [{"x": 1}]
+    assert await ids(user="u3") == ["c"]
+
+
+async def test_bad_metadata_is_refused(store: SessionStore) -> None:
+    """Metadata that would not round-trip, or a malformed filter, is a typed error."""
+    s = store.session("a")
+    with pytest.raises(TypeError):
+        await s.set_metadata({"x": object()})
+    with pytest.raises(TypeError):
+        await s.set_metadata(["not", "a", "dict"])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="NaN"):
+        await s.set_metadata({"x": float("nan")})
+    assert await store.get_session("a") is None
+    with pytest.raises(ValueError, match="filter"):
+        await store.list_sessions(metadata={})
+    with pytest.raises(ValueError, match="filter key"):
+        await store.list_sessions(metadata={'a"b': 1})
+    with pytest.raises(TypeError, match="filter value"):
+        await store.list_sessions(metadata={"a": [1]})  # type: ignore[dict-item]

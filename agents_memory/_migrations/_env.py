@@ -1,0 +1,70 @@
+"""The body of the repository's ``env.py``: plain ``alembic`` from the repository root.
+
+URL and table names come from ``-x`` arguments, else the environment, else the
+defaults; async URLs work (the migration runs through the async engine).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from alembic.runtime.environment import EnvironmentContext
+from sqlalchemy.engine import Connection
+from sqlalchemy.pool import NullPool
+
+from agents_memory._migrations._runner import lock, migration_opts, sqlite_foreign_keys_off
+from agents_memory._sqlalchemy._engine import create_engine
+from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
+from agents_memory._urls import DEFAULT_URL
+
+URL_ENV = "AGENTS_MEMORY_URL"
+SESSIONS_TABLE_ENV = "AGENTS_MEMORY_SESSIONS_TABLE"
+MESSAGES_TABLE_ENV = "AGENTS_MEMORY_MESSAGES_TABLE"
+
+
+def resolve_names(x_args: dict[str, str]) -> TableNames:
+    """``-x sessions_table=… -x messages_table=…``, else the environment, else the defaults."""
+    return TableNames(
+        x_args.get("sessions_table")
+        or os.environ.get(SESSIONS_TABLE_ENV)
+        or DEFAULT_SESSIONS_TABLE,
+        x_args.get("messages_table")
+        or os.environ.get(MESSAGES_TABLE_ENV)
+        or DEFAULT_MESSAGES_TABLE,
+    )
+
+
+def resolve_url(x_args: dict[str, str]) -> str:
+    """``-x url=…``, else ``$AGENTS_MEMORY_URL``, else the embedded SQLite default."""
+    return x_args.get("url") or os.environ.get(URL_ENV) or DEFAULT_URL
+
+
+def _run_on(context: EnvironmentContext, connection: Connection, names: TableNames) -> None:
+    with sqlite_foreign_keys_off(connection):
+        context.configure(connection=connection, **migration_opts(names))
+        with context.begin_transaction():
+            lock(connection, names)
+            context.run_migrations()
+
+
+async def _run_async(context: EnvironmentContext, url: str, names: TableNames) -> None:
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        async with engine.connect() as conn:
+            await conn.run_sync(lambda sync: _run_on(context, sync, names))
+            await conn.commit()
+    finally:
+        await engine.dispose()
+
+
+def run(context: EnvironmentContext) -> None:
+    """Entry point of ``env.py``, online or offline (``--sql``)."""
+    x_args = context.get_x_argument(as_dictionary=True)
+    names = resolve_names(x_args)
+    if context.is_offline_mode():
+        context.configure(url=resolve_url(x_args), literal_binds=True, **migration_opts(names))
+        with context.begin_transaction():
+            context.run_migrations()
+    else:
+        asyncio.run(_run_async(context, resolve_url(x_args), names))

@@ -1,0 +1,120 @@
+"""Running one lineage on one connection: the options, the lock and the SQLite guard.
+
+Every front end ends here: :mod:`agents_memory.migrations` (and so the CLI and
+``create_tables=True``) calls :func:`run_lineage`; the repository's ``env.py``
+(plain ``alembic``) configures its context with the same :func:`migration_opts`,
+:func:`sqlite_foreign_keys_off` and :func:`lock`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from alembic.operations import Operations
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from agents_memory._migrations._scripts import script_directory
+from agents_memory._tables import TableNames
+from agents_memory.models import get_models
+
+NAMES_KEY = "agents_memory_tables"
+"""Key under which revision scripts find the table names: ``op.get_context().opts[NAMES_KEY]``."""
+
+
+def include_name(names: TableNames) -> Callable[[str | None, str, object], bool]:
+    """Compare only our two tables: the database may hold anything else."""
+    ours = {names.sessions, names.messages}
+
+    def include(name: str | None, type_: str, _parents: object) -> bool:
+        return type_ != "table" or name in ours
+
+    return include
+
+
+def migration_opts(names: TableNames) -> dict[str, Any]:
+    """The context options every front end uses for the lineage of ``names``."""
+    return {
+        "target_metadata": get_models(names).metadata,
+        "version_table": names.version_table,
+        "render_as_batch": True,
+        "compare_type": True,
+        "include_name": include_name(names),
+        NAMES_KEY: names,
+    }
+
+
+def _lock_key(names: TableNames) -> int:
+    digest = hashlib.sha1(names.version_table.encode(), usedforsecurity=False).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def lock(connection: Connection, names: TableNames) -> None:
+    """Serialise migrators of one lineage across processes, inside the migration transaction.
+
+    Postgres: a transaction-scoped advisory lock. SQLite: ``BEGIN IMMEDIATE``
+    takes the file's write lock up front, which also makes the DDL transactional
+    (the sqlite3 module would otherwise run DDL outside any transaction).
+    """
+    dialect = connection.dialect.name
+    if dialect == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _lock_key(names)})
+    elif dialect == "sqlite":
+        driver = connection.connection.driver_connection
+        if not getattr(driver, "in_transaction", False):
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+@contextlib.contextmanager
+def sqlite_foreign_keys_off(connection: Connection) -> Iterator[None]:
+    """Switch SQLite foreign keys off while tables are rebuilt, and back on after.
+
+    Batch mode rebuilds a table by copying it and dropping the original; with
+    foreign keys on, dropping the sessions table would cascade-delete every
+    message. SQLite ignores the pragma inside an open transaction, so that case
+    is refused rather than risked.
+    """
+    if connection.dialect.name != "sqlite":
+        yield
+        return
+    connection.exec_driver_sql("PRAGMA foreign_keys = OFF")
+    if connection.exec_driver_sql("PRAGMA foreign_keys").scalar():
+        msg = (
+            "cannot migrate agents_memory tables on SQLite inside an open transaction "
+            "(foreign keys cannot be switched off there, and rebuilding a table would "
+            "cascade-delete messages); run the migration before any other write on "
+            "this connection"
+        )
+        raise RuntimeError(msg)
+    try:
+        yield
+    finally:
+        connection.exec_driver_sql("PRAGMA foreign_keys = ON")
+
+
+def run_lineage(
+    connection: Connection, names: TableNames, revision: str, *, downgrade: bool = False
+) -> None:
+    """Move the lineage of ``names`` to ``revision`` on an open connection, in one transaction.
+
+    Uses a bare ``MigrationContext`` (no ``EnvironmentContext``), so it can run
+    from inside an application's own ``env.py`` without disturbing its context.
+    """
+    script = script_directory()
+
+    def steps(rev: Any, _context: MigrationContext) -> Any:  # noqa: ANN401
+        if downgrade:
+            return script._downgrade_revs(revision, rev)  # noqa: SLF001 - as alembic.command does
+        return script._upgrade_revs(revision, rev)  # noqa: SLF001
+
+    with sqlite_foreign_keys_off(connection):
+        context = MigrationContext.configure(
+            connection, opts={**migration_opts(names), "fn": steps, "script": script}
+        )
+        with Operations.context(context), context.begin_transaction():
+            lock(connection, names)
+            context.run_migrations()

@@ -1,0 +1,181 @@
+"""Alembic owns the schema: round trips, drift checks, independent lineages, clear errors."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import pytest
+from sqlalchemy import inspect, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agents_memory import SchemaNotReadyError, SessionStore, TableNames, create_engine, migrations
+
+
+def kw(names: TableNames) -> dict[str, str]:
+    return {"sessions_table": names.sessions, "messages_table": names.messages}
+
+
+async def tables(engine: AsyncEngine) -> set[str]:
+    async with engine.connect() as conn:
+        return set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
+
+
+async def test_upgrade_use_downgrade_upgrade(engine: AsyncEngine, names: TableNames) -> None:
+    """Upgrade to head, use the store, downgrade to base (tables gone), upgrade again."""
+    assert await migrations.current(engine, **kw(names)) is None
+    await migrations.upgrade(engine, **kw(names))
+    assert await migrations.current(engine, **kw(names)) == migrations.head()
+    store = SessionStore(engine, **kw(names))
+    await store.session("a").add_items([{"x": 1}])
+    assert await store.session("a").get_items() == [{"x": 1}]
+
+    await migrations.downgrade(engine, revision="base", **kw(names))
+    assert await migrations.current(engine, **kw(names)) is None
+    assert {names.sessions, names.messages}.isdisjoint(await tables(engine))
+
+    await migrations.upgrade(engine, **kw(names))
+    fresh = SessionStore(engine, **kw(names))
+    assert await fresh.session("a").get_items() == []
+    await fresh.session("a").add_items([{"x": 2}])
+    assert await fresh.session("a").get_items() == [{"x": 2}]
+
+
+async def test_data_survives_each_upgrade(engine: AsyncEngine, names: TableNames) -> None:
+    """Rows written at the baseline are all there, in order, after upgrading to head."""
+    await migrations.upgrade(engine, revision="0001", **kw(names))
+    items = [{"i": i, "t": "ü😀"} for i in range(50)]
+    async with engine.begin() as conn:
+        await conn.execute(text(f"INSERT INTO {names.sessions} (session_id) VALUES ('kept')"))
+        for item in items:
+            await conn.execute(
+                text(
+                    f"INSERT INTO {names.messages} (session_id, message_data) VALUES ('kept', :d)"
+                ),
+                {"d": __import__("json").dumps(item, ensure_ascii=False)},
+            )
+    await migrations.upgrade(engine, **kw(names))
+    store = SessionStore(engine, **kw(names))
+    assert await store.session("kept").get_items() == items
+    # and back down one step, keeping the rows too
+    await migrations.downgrade(engine, revision="0001", **kw(names))
+    await migrations.upgrade(engine, **kw(names))
+    assert await SessionStore(engine, **kw(names)).session("kept").get_items() == items
+
+
+async def test_no_drift_at_head(engine: AsyncEngine, names: TableNames) -> None:
+    """At head the database matches the models exactly (alembic check finds nothing)."""
+    assert await migrations.check(engine, **kw(names)) != []  # nothing there yet
+    await migrations.upgrade(engine, **kw(names))
+    assert await migrations.check(engine, **kw(names)) == []
+    await migrations.downgrade(engine, revision="0001", **kw(names))
+    (problem,) = await migrations.check(engine, **kw(names))
+    assert "0001" in problem
+
+
+async def test_two_table_sets_are_independent(engine: AsyncEngine, names: TableNames) -> None:
+    """Two sets in one database each have a version table and migrate on their own."""
+    other = TableNames(names.sessions + "_b", names.messages + "_b")
+    try:
+        await migrations.upgrade(engine, **kw(names))
+        await migrations.upgrade(engine, revision="0001", **kw(other))
+        assert await migrations.current(engine, **kw(names)) == migrations.head()
+        assert await migrations.current(engine, **kw(other)) == "0001"
+        await SessionStore(engine, **kw(names)).session("s").add_items([{"a": 1}])
+        await migrations.downgrade(engine, revision="base", **kw(other))
+        assert await SessionStore(engine, **kw(names)).session("s").get_items() == [{"a": 1}]
+        present = await tables(engine)
+        assert names.version_table in present
+        assert "alembic_version" not in present or names.version_table != "alembic_version"
+        assert other.sessions not in present
+    finally:
+        async with engine.begin() as conn:
+            for t in (other.messages, other.sessions, other.version_table):
+                await conn.execute(text(f"DROP TABLE IF EXISTS {t}"))
+
+
+async def test_app_alembic_version_is_untouched(engine: AsyncEngine, names: TableNames) -> None:
+    """An application's own alembic_version table keeps its row through our migrations."""
+    app_table = f"{names.sessions}_appver"
+    async with engine.begin() as conn:
+        await conn.execute(text(f"CREATE TABLE {app_table} (version_num VARCHAR(32) PRIMARY KEY)"))
+        await conn.execute(text(f"INSERT INTO {app_table} VALUES ('app123')"))
+    try:
+        await migrations.upgrade(engine, **kw(names))
+        await migrations.downgrade(engine, revision="base", **kw(names))
+        async with engine.connect() as conn:
+            rows = (await conn.execute(text(f"SELECT version_num FROM {app_table}"))).all()
+        assert [r[0] for r in rows] == ["app123"]
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(text(f"DROP TABLE IF EXISTS {app_table}"))
+
+
+async def test_missing_schema_names_the_command(engine: AsyncEngine, names: TableNames) -> None:
+    """Without create_tables, a missing schema raises an error with the exact command to run."""
+    store = SessionStore(engine, **kw(names))
+    with pytest.raises(SchemaNotReadyError) as info:
+        await store.session("a").get_items()
+    message = str(info.value)
+    assert "agents-memory db upgrade --url" in message
+    assert f"--sessions-table {names.sessions} --messages-table {names.messages}" in message
+    assert "has not been created" in message
+    # nothing was written by the failed call
+    assert await migrations.current(engine, **kw(names)) is None
+
+
+async def test_out_of_date_schema_names_the_command(engine: AsyncEngine, names: TableNames) -> None:
+    """A schema behind head raises SchemaNotReadyError naming its revision and the fix."""
+    await migrations.upgrade(engine, revision="0001", **kw(names))
+    store = SessionStore(engine, **kw(names))
+    with pytest.raises(SchemaNotReadyError, match=r"revision 0001, not 0002.*db upgrade"):
+        await store.session("a").add_items([{"x": 1}])
+    await migrations.upgrade(engine, **kw(names))
+    await SessionStore(engine, **kw(names)).session("a").add_items([{"x": 1}])
+
+
+async def test_unknown_newer_revision_says_upgrade_the_package(
+    engine: AsyncEngine, names: TableNames
+) -> None:
+    """A database migrated by a newer agents_memory asks for a package upgrade, not a migration."""
+    await migrations.upgrade(engine, **kw(names))
+    async with engine.begin() as conn:
+        await conn.execute(text(f"UPDATE {names.version_table} SET version_num = '9999'"))
+    with pytest.raises(SchemaNotReadyError, match="upgrade the package"):
+        await SessionStore(engine, **kw(names)).session("a").get_items()
+
+
+async def test_create_tables_runs_the_migrations(engine: AsyncEngine, names: TableNames) -> None:
+    """create_tables=True leaves the database at head, as the migrations would."""
+    store = SessionStore(engine, create_tables=True, **kw(names))
+    await store.session("a").add_items([{"x": 1}])
+    assert await migrations.current(engine, **kw(names)) == migrations.head()
+    assert await migrations.check(engine, **kw(names)) == []
+
+
+async def test_concurrent_create_tables(file_backend: Any, names: TableNames) -> None:
+    """Several engines creating the schema at once end with one schema at head."""
+    engines = [create_engine(file_backend.url) for _ in range(4)]
+    try:
+        stores = [SessionStore(e, create_tables=True, **kw(names)) for e in engines]
+        await asyncio.gather(
+            *(s.session(f"s{i}").add_items([{"i": i}]) for i, s in enumerate(stores))
+        )
+        assert await migrations.current(engines[0], **kw(names)) == migrations.head()
+        for i in range(4):
+            assert await stores[0].session(f"s{i}").get_items() == [{"i": i}]
+    finally:
+        for e in engines:
+            await e.dispose()
+
+
+def test_history_is_a_chain() -> None:
+    """Revisions form one line from the baseline to head, each with a description."""
+    revs = migrations.history()
+    assert revs[0].down_revision is None
+    for older, newer in itertools.pairwise(revs):
+        assert newer.down_revision == older.revision
+    assert revs[-1].revision == migrations.head()
+    assert all(r.message for r in revs)
+    assert len(revs) >= 2
