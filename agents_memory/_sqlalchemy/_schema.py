@@ -7,11 +7,13 @@ import contextlib
 import weakref
 from collections.abc import Iterator
 
-from sqlalchemy.engine import Engine
+from sqlalchemy import inspect
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agents_memory import migrations
+from agents_memory._codec import logger
 from agents_memory._errors import SchemaNotReadyError
 from agents_memory._tables import TableNames
 from agents_memory._urls import mask_url
@@ -76,7 +78,8 @@ async def ensure_schema(engine: AsyncEngine, names: TableNames, *, create: bool)
     With ``create`` the migrations run (the same scripts as ``agents-memory db
     upgrade``); otherwise the version table is read once and a missing or
     out-of-date schema raises :class:`SchemaNotReadyError` naming the command.
-    Concurrent first calls wait for one check.
+    Tables that predate migrations (the seed's, the Agents SDK's) are used as
+    they are, with a warning. Concurrent first calls wait for one check.
     """
     sync_engine = engine.sync_engine
     if names in _ready.get(sync_engine, ()):
@@ -91,11 +94,25 @@ async def ensure_schema(engine: AsyncEngine, names: TableNames, *, create: bool)
             await migrations.upgrade(engine, **kwargs)
         else:
             at = await migrations.current(engine, **kwargs)
-            if at != head:
+            if at is None and await _unversioned_tables_exist(engine, names):
+                # Written by the seed's SQLiteSession or the Agents SDK: read it as it is.
+                logger.warning(
+                    "the agents_memory tables %s/%s in %s were created without migrations; "
+                    "items work as they are, session metadata needs `%s`",
+                    names.sessions,
+                    names.messages,
+                    mask_url(engine.url),
+                    upgrade_command(engine, names),
+                )
+            elif at != head:
                 raise SchemaNotReadyError(_not_ready(engine, names, at, head))
         _ready.setdefault(sync_engine, set()).add(names)
 
 
-def forget_schema(engine: AsyncEngine, names: TableNames) -> None:
-    """Drop the cached "schema is ready" fact (after a downgrade, for instance)."""
-    _ready.get(engine.sync_engine, set()).discard(names)
+async def _unversioned_tables_exist(engine: AsyncEngine, names: TableNames) -> bool:
+    def check(connection: Connection) -> bool:
+        insp = inspect(connection)
+        return insp.has_table(names.sessions) and insp.has_table(names.messages)
+
+    async with engine.connect() as conn:
+        return await conn.run_sync(check)

@@ -138,3 +138,21 @@ async def test_unversioned_baseline_tables(engine: AsyncEngine, names: TableName
                     {"s": sid, "d": __import__("json").dumps(item)},
                 )
     await assert_upgraded_intact(engine, names, ["s1", "s2"])
+
+
+async def test_unmigrated_seed_and_sdk_tables_are_read_as_they_are(
+    file_backend: Any, engine: AsyncEngine, names: TableNames, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without migrating, our session reads and writes tables the Agents SDK created."""
+    memory = pytest.importorskip("agents.extensions.memory")
+    sdk = memory.SQLAlchemySession("s1", engine=engine, create_tables=True, **kw(names))
+    await sdk.add_items(ITEMS)
+    store = SessionStore(engine, **kw(names))
+    with caplog.at_level("WARNING", logger="agents_memory"):
+        assert await store.session("s1").get_items() == ITEMS
+    assert "created without migrations" in caplog.text
+    assert "agents-memory db upgrade" in caplog.text
+    await store.session("s1").add_items([{"role": "user", "content": "ours"}])
+    assert (await sdk.get_items())[-1] == {"role": "user", "content": "ours"}
+    assert await store.session("s1").pop_item() == {"role": "user", "content": "ours"}
+    assert await migrations.current(engine, **kw(names)) is None  # nothing was migrated
