@@ -2,7 +2,8 @@
 
 A drop-in for the OpenAI Agents SDK's session classes: ``SQLAlchemySession`` on
 SQLite (the embedded default) or Postgres, where only the URL changes between a
-laptop and production.
+laptop and production; and ``SQLiteSession`` on the stdlib ``sqlite3`` module,
+over the same tables.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from agents_memory._protocol import Session, SessionABC, SessionSettings, TRespo
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._session import SQLAlchemySession
 from agents_memory._sqlalchemy._store import SessionInfo, SessionPage, SessionStore
+from agents_memory._sqlite_session import SQLiteSession
 from agents_memory._tables import TableNames
 from agents_memory._urls import DEFAULT_URL, mask_url, normalize_url
 from agents_memory.models import get_models
@@ -34,6 +36,7 @@ __all__ = [
     "AgentsMemoryError",
     "CorruptItemError",
     "SQLAlchemySession",
+    "SQLiteSession",
     "SchemaNotReadyError",
     "Session",
     "SessionABC",

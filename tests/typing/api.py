@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from agents_memory import (
     Session,
     SessionPage,
     SessionSettings,
     SessionStore,
     SQLAlchemySession,
+    SQLiteSession,
     TResponseInputItem,
 )
 
@@ -28,3 +31,13 @@ async def use_session() -> None:
     async with session:
         async for item in session.iter_items(batch_size=100):
             assert isinstance(item, dict)
+
+
+async def use_sqlite_session() -> None:
+    with SQLiteSession("u", Path("memory.db"), session_settings=SessionSettings(limit=5)) as s:
+        session: Session = s
+        await session.add_items([{"role": "user", "content": "hi"}])
+        items: list[TResponseInputItem] = await session.get_items()
+        assert items is not None
+    async with SQLiteSession("u") as in_memory:
+        assert await in_memory.pop_item() is None
