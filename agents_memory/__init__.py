@@ -2,8 +2,8 @@
 
 A drop-in for the OpenAI Agents SDK's session classes: ``SQLAlchemySession`` on
 SQLite (the embedded default) or Postgres, where only the URL changes between a
-laptop and production; and ``SQLiteSession`` on the stdlib ``sqlite3`` module,
-over the same tables.
+laptop and production; ``SQLiteSession`` on the stdlib ``sqlite3`` module, over
+the same tables; and ``OpenAIConversationsSession`` on OpenAI's Conversations API.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from agents_memory._errors import (
     CorruptItemError,
     SchemaNotReadyError,
     SessionClosedError,
+    SessionNotStartedError,
     UnsupportedDatabaseError,
 )
+from agents_memory._openai_conversations import OpenAIConversationsSession
 from agents_memory._protocol import Session, SessionABC, SessionSettings, TResponseInputItem
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._session import SQLAlchemySession
@@ -35,6 +37,7 @@ __all__ = [
     "DEFAULT_URL",
     "AgentsMemoryError",
     "CorruptItemError",
+    "OpenAIConversationsSession",
     "SQLAlchemySession",
     "SQLiteSession",
     "SchemaNotReadyError",
@@ -42,6 +45,7 @@ __all__ = [
     "SessionABC",
     "SessionClosedError",
     "SessionInfo",
+    "SessionNotStartedError",
     "SessionPage",
     "SessionSettings",
     "SessionStore",

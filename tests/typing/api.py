@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from openai import AsyncOpenAI
+
 from agents_memory import (
+    OpenAIConversationsSession,
     Session,
+    SessionNotStartedError,
     SessionPage,
     SessionSettings,
     SessionStore,
@@ -41,3 +45,16 @@ async def use_sqlite_session() -> None:
         assert items is not None
     async with SQLiteSession("u") as in_memory:
         assert await in_memory.pop_item() is None
+
+
+async def use_conversations_session(client: AsyncOpenAI) -> None:
+    async with OpenAIConversationsSession(openai_client=client) as conversation:
+        session: Session = conversation
+        try:
+            conversation_id: str = session.session_id
+        except SessionNotStartedError:
+            await session.add_items([{"role": "user", "content": "hi"}])
+            conversation_id = session.session_id
+        assert conversation_id
+        started: str | None = conversation.conversation_id
+        assert started is not None
