@@ -2,7 +2,8 @@
 
 A drop-in for the OpenAI Agents SDK's session classes: ``SQLAlchemySession`` on
 SQLite (the embedded default) or Postgres, where only the URL changes between a
-laptop and production.
+laptop and production; ``SQLiteSession`` on the stdlib ``sqlite3`` module, over
+the same tables; and ``OpenAIConversationsSession`` on OpenAI's Conversations API.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from agents_memory._errors import (
     CorruptItemError,
     SchemaNotReadyError,
     SessionClosedError,
+    SessionNotStartedError,
     UnsupportedDatabaseError,
 )
+from agents_memory._openai_conversations import OpenAIConversationsSession
 from agents_memory._protocol import Session, SessionABC, SessionSettings, TResponseInputItem
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._session import SQLAlchemySession
 from agents_memory._sqlalchemy._store import SessionInfo, SessionPage, SessionStore
+from agents_memory._sqlite_session import SQLiteSession
 from agents_memory._tables import TableNames
 from agents_memory._urls import DEFAULT_URL, mask_url, normalize_url
 from agents_memory.models import get_models
@@ -34,12 +38,15 @@ __all__ = [
     "DEFAULT_URL",
     "AgentsMemoryError",
     "CorruptItemError",
+    "OpenAIConversationsSession",
     "SQLAlchemySession",
+    "SQLiteSession",
     "SchemaNotReadyError",
     "Session",
     "SessionABC",
     "SessionClosedError",
     "SessionInfo",
+    "SessionNotStartedError",
     "SessionPage",
     "SessionSettings",
     "SessionStore",

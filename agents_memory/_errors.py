@@ -21,3 +21,12 @@ class SessionClosedError(AgentsMemoryError, RuntimeError):
 
 class CorruptItemError(AgentsMemoryError, ValueError):
     """A stored row does not hold valid JSON and the store was told to raise on it."""
+
+
+class SessionNotStartedError(AgentsMemoryError, ValueError, AttributeError):
+    """A lazily created remote session has no id yet: it is made by the first call that needs it.
+
+    A ``ValueError`` as in the Agents SDK; also an ``AttributeError``, so that
+    ``getattr(session, "session_id", None)`` and ``hasattr`` report "no id yet"
+    instead of raising.
+    """

@@ -22,7 +22,7 @@ def run_one_postgres_test(ci: bool) -> subprocess.CompletedProcess[str]:
     }
     if ci:
         env["CI"] = "true"
-    target = f"{TESTS / 'sqlalchemy_store' / 'test_session.py'}::test_empty_session"
+    target = f"{TESTS / 'sqlalchemy_store' / 'test_session.py'}::test_iter_items_streams_in_batches"
     return subprocess.run(  # noqa: S603 - fixed argument list
         [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", target],
         capture_output=True,

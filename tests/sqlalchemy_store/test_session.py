@@ -1,15 +1,14 @@
-"""The Session contract of SQLAlchemySession, on every backend."""
+"""The Session contract of SQLAlchemySession, on every backend, and what only it has."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import pytest
+from session_contract import SessionContract, msg
 from sqlalchemy import text
 
 from agents_memory import (
-    Session,
     SessionClosedError,
     SessionSettings,
     SessionStore,
@@ -18,175 +17,34 @@ from agents_memory import (
 )
 
 
-def msg(i: int, role: str = "user") -> dict[str, Any]:
-    return {"role": role, "content": f"message {i}", "type": "message"}
+class StoreHarness:
+    """The contract's view of a SessionStore on the backend under test."""
+
+    def __init__(self, store: SessionStore) -> None:
+        self.store = store
+
+    def session(
+        self, session_id: str, *, session_settings: SessionSettings | None = None
+    ) -> SQLAlchemySession:
+        """A session of the store."""
+        return self.store.session(session_id, session_settings=session_settings)
+
+    async def exists(self, session_id: str) -> bool:
+        """Whether the store lists the session."""
+        return await self.store.get_session(session_id) is not None
+
+    async def insert_raw(self, session_id: str, data: str) -> None:
+        """Insert a row with SQL, bypassing the session."""
+        await _insert_raw(self.store, session_id, data)
 
 
-async def test_is_a_session(store: SessionStore) -> None:
-    """It satisfies the runtime-checkable protocol the Agents SDK checks."""
-    assert isinstance(store.session("s"), Session)
+class TestSQLAlchemySessionContract(SessionContract):
+    """The shared Session contract, for sessions of a SessionStore on every backend."""
 
-
-async def test_round_trip_in_order(store: SessionStore) -> None:
-    """Items come back exactly as stored, in insertion order, across batches."""
-    s = store.session("conv")
-    items = [
-        msg(0),
-        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"x": 1}'},
-        {"type": "function_call_output", "call_id": "c1", "output": "ünïcødé ✓ 😀 中文"},
-        {"role": "assistant", "content": [{"type": "output_text", "text": "x" * 5000}]},
-        {"nested": {"list": [1, 2.5, True, None, {"k": "v"}]}, "empty": {}, "e": []},
-    ]
-    await s.add_items(items[:2])
-    await s.add_items(items[2:])
-    assert await s.get_items() == items
-
-
-async def test_limit_returns_latest_in_order(store: SessionStore) -> None:
-    """get_items(limit=N) is the latest N, oldest first; 0 is []; too large is all."""
-    s = store.session("conv")
-    items = [msg(i) for i in range(10)]
-    await s.add_items(items)
-    assert await s.get_items(limit=3) == items[-3:]
-    assert await s.get_items(limit=1) == items[-1:]
-    assert await s.get_items(limit=0) == []
-    assert await s.get_items(limit=100) == items
-
-
-async def test_settings_limit_and_override(store: SessionStore) -> None:
-    """Without a limit, session_settings.limit applies; an explicit limit overrides it."""
-    s = store.session("conv", session_settings=SessionSettings(limit=2))
-    items = [msg(i) for i in range(5)]
-    await s.add_items(items)
-    assert await s.get_items() == items[-2:]
-    assert await s.get_items(limit=4) == items[-4:]
-    assert await s.get_items(limit=0) == []
-
-
-async def test_negative_limit_is_rejected(store: SessionStore) -> None:
-    """A negative or non-int limit is a clear error, not a silent full read."""
-    s = store.session("conv")
-    with pytest.raises(ValueError, match="limit"):
-        await s.get_items(limit=-1)
-    with pytest.raises(TypeError, match="limit"):
-        await s.get_items(limit="3")  # type: ignore[arg-type]
-
-
-async def test_empty_session(store: SessionStore) -> None:
-    """A session never written to reads empty and pops None."""
-    s = store.session("nobody")
-    assert await s.get_items() == []
-    assert await s.get_items(limit=5) == []
-    assert await s.pop_item() is None
-
-
-async def test_pop_newest_until_empty(store: SessionStore) -> None:
-    """pop_item removes and returns the newest item each time, then None."""
-    s = store.session("conv")
-    items = [msg(i) for i in range(3)]
-    await s.add_items(items)
-    assert await s.pop_item() == items[2]
-    assert await s.get_items() == items[:2]
-    assert await s.pop_item() == items[1]
-    assert await s.pop_item() == items[0]
-    assert await s.pop_item() is None
-    await s.add_items([msg(9)])
-    assert await s.get_items() == [msg(9)]
-
-
-async def test_clear_removes_session_and_items(store: SessionStore) -> None:
-    """clear_session deletes the session row and all its items, leaving others alone."""
-    a, b = store.session("a"), store.session("b")
-    await a.add_items([msg(1), msg(2)])
-    await b.add_items([msg(3)])
-    await a.clear_session()
-    assert await a.get_items() == []
-    assert await store.get_session("a") is None
-    assert await b.get_items() == [msg(3)]
-    await a.clear_session()  # clearing an absent session is fine
-    await a.add_items([msg(4)])
-    assert await a.get_items() == [msg(4)]
-
-
-async def test_add_nothing_does_nothing(store: SessionStore) -> None:
-    """add_items([]) writes no session row."""
-    s = store.session("conv")
-    await s.add_items([])
-    assert await store.get_session("conv") is None
-
-
-async def test_sessions_are_isolated(store: SessionStore) -> None:
-    """Items of one session never appear in another."""
-    a, b = store.session("a"), store.session("b")
-    await a.add_items([msg(1)])
-    await b.add_items([msg(2)])
-    await a.add_items([msg(3)])
-    assert await a.get_items() == [msg(1), msg(3)]
-    assert await b.get_items() == [msg(2)]
-    assert await b.pop_item() == msg(2)
-    assert await a.get_items() == [msg(1), msg(3)]
-
-
-@pytest.mark.parametrize(
-    "bad",
-    [
-        [msg(1), object()],
-        [msg(1), None],
-        [msg(1), {"x": object()}],
-        [msg(1), "not a dict"],
-        [msg(1), {1: "int key"}],
-        [msg(1), {"v": float("nan")}],
-        [msg(1), {"v": float("inf")}],
-    ],
-)
-async def test_bad_item_rejects_whole_batch(store: SessionStore, bad: list[Any]) -> None:
-    """A bad item raises a typed error before anything of its batch is written."""
-    s = store.session("conv")
-    await s.add_items([msg(0)])
-    with pytest.raises((TypeError, ValueError)):
-        await s.add_items(bad)
-    assert await s.get_items() == [msg(0)]
-
-
-async def test_items_must_be_a_list(store: SessionStore) -> None:
-    """A dict or string passed as the batch is a TypeError, not a list of its keys."""
-    s = store.session("conv")
-    with pytest.raises(TypeError):
-        await s.add_items(msg(1))  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
-        await s.add_items("abc")  # type: ignore[arg-type]
-    assert await s.get_items() == []
-
-
-async def test_awkward_text_round_trips(store: SessionStore) -> None:
-    """NUL characters, lone surrogates, quotes and SQL in text round-trip exactly."""
-    s = store.session("conv")
-    items = [
-        {"content": "nul \x00 inside"},
-        {"content": "lone \ud800 surrogate"},
-        {"content": "'; DROP TABLE x; --\" \\ \n\t"},
-    ]
-    await s.add_items(items)
-    assert await s.get_items() == items
-
-
-@pytest.mark.parametrize(
-    ("session_id", "error"),
-    [("", ValueError), (None, TypeError), (42, TypeError), ("x" * 256, ValueError)],
-)
-async def test_bad_session_id(store: SessionStore, session_id: Any, error: type) -> None:
-    """An empty, overlong or non-string session id is refused up front."""
-    with pytest.raises(error):
-        store.session(session_id)
-
-
-async def test_hostile_session_ids_round_trip(store: SessionStore) -> None:
-    """Ids with quotes, SQL and unicode are plain data: stored and found exactly."""
-    ids = ["'; DROP TABLE agent_sessions; --", 'a"b', "ユーザー-1 😀", "x" * 255]
-    for i, sid in enumerate(ids):
-        await store.session(sid).add_items([msg(i)])
-    for i, sid in enumerate(ids):
-        assert await store.session(sid).get_items() == [msg(i)]
+    @pytest.fixture
+    def harness(self, store: SessionStore) -> StoreHarness:
+        """The backend's store, seen through the contract's harness."""
+        return StoreHarness(store)
 
 
 @pytest.mark.parametrize("name", ["bad-name", "1abc", "a b", "x;drop", "", "a" * 64, "ü"])
@@ -212,24 +70,6 @@ async def _insert_raw(store: SessionStore, session_id: str, data: str) -> None:
             text(f"INSERT INTO {names.messages} (session_id, message_data) VALUES (:s, :d)"),
             {"s": session_id, "d": data},
         )
-
-
-async def test_corrupt_rows_are_skipped(
-    store: SessionStore, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Invalid JSON rows are skipped with a warning, and limit still counts valid items."""
-    s = store.session("conv")
-    await s.add_items([msg(0), msg(1)])
-    await _insert_raw(store, "conv", "{not json")
-    await s.add_items([msg(2)])
-    await _insert_raw(store, "conv", '"a string, not an object"')
-    with caplog.at_level(logging.WARNING, logger="agents_memory"):
-        assert await s.get_items() == [msg(0), msg(1), msg(2)]
-        assert await s.get_items(limit=2) == [msg(1), msg(2)]
-        assert await s.get_items(limit=3) == [msg(0), msg(1), msg(2)]
-    assert "not valid JSON" in caplog.text
-    assert await s.pop_item() == msg(2)
-    assert await s.get_items() == [msg(0), msg(1)]
 
 
 async def test_from_url_owns_and_closes_engine(backend: Any, names: TableNames) -> None:

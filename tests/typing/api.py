@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from openai import AsyncOpenAI
+
 from agents_memory import (
+    OpenAIConversationsSession,
     Session,
+    SessionNotStartedError,
     SessionPage,
     SessionSettings,
     SessionStore,
     SQLAlchemySession,
+    SQLiteSession,
     TResponseInputItem,
 )
 
@@ -28,3 +35,26 @@ async def use_session() -> None:
     async with session:
         async for item in session.iter_items(batch_size=100):
             assert isinstance(item, dict)
+
+
+async def use_sqlite_session() -> None:
+    with SQLiteSession("u", Path("memory.db"), session_settings=SessionSettings(limit=5)) as s:
+        session: Session = s
+        await session.add_items([{"role": "user", "content": "hi"}])
+        items: list[TResponseInputItem] = await session.get_items()
+        assert items is not None
+    async with SQLiteSession("u") as in_memory:
+        assert await in_memory.pop_item() is None
+
+
+async def use_conversations_session(client: AsyncOpenAI) -> None:
+    async with OpenAIConversationsSession(openai_client=client) as conversation:
+        session: Session = conversation
+        try:
+            conversation_id: str = session.session_id
+        except SessionNotStartedError:
+            await session.add_items([{"role": "user", "content": "hi"}])
+            conversation_id = session.session_id
+        assert conversation_id
+        started: str | None = conversation.conversation_id
+        assert started is not None

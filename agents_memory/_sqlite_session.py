@@ -1,0 +1,323 @@
+"""``SQLiteSession``: the Agents SDK's class of the same name, on the stdlib ``sqlite3`` module.
+
+No SQLAlchemy engine, no extra driver: one ``sqlite3`` connection per session,
+owned by one worker thread, so the event loop never blocks on the database and
+the connection is never used by two threads at once. The tables are the same as
+``SQLAlchemySession``'s (the DDL and statements are compiled from the same
+models), so either class reads what the other wrote.
+
+Concurrency: operations on one session queue on its worker thread. Writers of
+all sessions on one file in this process queue on one lock per file (a thread
+wakes as soon as the lock is free, where SQLite's busy handler would sleep and
+poll); other processes coordinate through SQLite's own locking. Every write is
+one ``BEGIN IMMEDIATE`` transaction, so a writer waits for the file's write lock
+up front (up to the busy timeout) instead of failing with "database is locked"
+when it upgrades a read, and any error rolls the whole transaction back, leaving
+the connection ready for the next call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import sqlite3
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from agents_memory._codec import decode_row, decode_rows, encode_items
+from agents_memory._errors import SessionClosedError
+from agents_memory._ids import validate_session_id
+from agents_memory._protocol import SessionABC, SessionSettings, TResponseInputItem, resolve_limit
+from agents_memory._sqlalchemy._engine import SQLITE_BUSY_TIMEOUT_MS
+from agents_memory._sqlite_sql import SQLiteSQL, sql_for
+from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
+
+T = TypeVar("T")
+
+MEMORY = ":memory:"
+
+
+def _database_path(db_path: object) -> str:
+    """The path ``sqlite3`` opens; a missing directory is reported now, not at first use."""
+    if not isinstance(db_path, str | os.PathLike):
+        msg = f"db_path must be a str or path, got {type(db_path).__name__}"
+        raise TypeError(msg)
+    path = os.fspath(db_path)
+    if not isinstance(path, str):
+        msg = "db_path must be a text path, not bytes"
+        raise TypeError(msg)
+    if path == MEMORY:
+        return path
+    if not path:
+        msg = 'db_path must not be empty; pass ":memory:" for an in-memory database'
+        raise ValueError(msg)
+    parent = Path(path).parent
+    if not parent.is_dir():
+        msg = f"directory {str(parent)!r} of db_path {path!r} does not exist; create it first"
+        raise FileNotFoundError(msg)
+    return path
+
+
+class _FileLock:
+    """The write lock shared by every session of this process on one database file."""
+
+    __slots__ = ("__weakref__", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+
+_file_locks: weakref.WeakValueDictionary[str, _FileLock] = weakref.WeakValueDictionary()
+_file_locks_guard = threading.Lock()
+
+
+def _file_lock(path: str) -> _FileLock:
+    """The lock for ``path`` (a private one for in-memory databases, which are never shared)."""
+    if path == MEMORY:
+        return _FileLock()
+    key = os.path.realpath(path)
+    with _file_locks_guard:
+        found = _file_locks.get(key)
+        if found is None:
+            found = _file_locks[key] = _FileLock()
+        return found
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection, *, write: bool) -> Iterator[None]:
+    """Run a block as one transaction: committed on success, rolled back on any error.
+
+    Writers start with ``BEGIN IMMEDIATE``: they take the write lock (waiting up
+    to the busy timeout) before reading anything, so they never hit the
+    unretryable busy error of a read transaction that later tries to write.
+    """
+    conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.rollback()
+        raise
+
+
+def _connect(path: str, sql: SQLiteSQL, write_lock: threading.Lock) -> sqlite3.Connection:
+    """Open and configure a connection, and create the tables if they do not exist yet."""
+    # isolation_level=None: no implicit BEGINs; transactions are exactly those of _transaction.
+    conn = sqlite3.connect(
+        path,
+        timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
+        isolation_level=None,
+        check_same_thread=True,
+    )
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        with write_lock:
+            if path != MEMORY:
+                conn.execute("PRAGMA journal_mode = WAL")
+            with _transaction(conn, write=True):
+                # Existing tables (seed, SDK, an older revision) are used as they are:
+                # adding head-only objects to them would break their next migration.
+                if not conn.execute(sql.sessions_table_exists).fetchone():
+                    # Created at head, and recorded so, as `agents-memory db upgrade` would.
+                    for statement in (*sql.create_schema, *sql.stamp_head):
+                        conn.execute(statement)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+class SQLiteSession(SessionABC):
+    """One conversation's history in a SQLite database, through the stdlib ``sqlite3`` module.
+
+    In memory by default (the history lives as long as the session object); pass
+    ``db_path`` (a str or :class:`~pathlib.Path`) to keep it in a file, which
+    ``SQLAlchemySession`` and ``SessionStore`` can open as well. Call
+    :meth:`close` (or use ``with`` / ``async with``) to release the connection
+    and its worker thread; later calls raise :class:`SessionClosedError`.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        db_path: str | Path = MEMORY,
+        sessions_table: str = DEFAULT_SESSIONS_TABLE,
+        messages_table: str = DEFAULT_MESSAGES_TABLE,
+        session_settings: SessionSettings | None = None,
+    ) -> None:
+        names = TableNames(sessions_table, messages_table)
+        self.session_id: str = validate_session_id(session_id)
+        self.session_settings: SessionSettings | None = session_settings or SessionSettings()
+        self.db_path: str | Path = db_path
+        self.sessions_table: str = names.sessions
+        self.messages_table: str = names.messages
+        self._names = names
+        self._path = _database_path(db_path)
+        self._sql = sql_for(names)
+        self._file_lock = _file_lock(self._path)  # held, so every session on the file shares it
+        self._write_lock = self._file_lock.lock
+        self._guard = threading.Lock()
+        self._closed = False
+        # One worker thread owns the connection: operations on this session queue on it.
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agents_memory-sqlite")
+        self._conn: sqlite3.Connection | None = None
+
+    @property
+    def table_names(self) -> TableNames:
+        """The validated table names of this session."""
+        return self._names
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(session_id={self.session_id!r}, db_path={self._path!r})"
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            msg = f"session {self.session_id!r} was closed; create a new SQLiteSession to use it"
+            raise SessionClosedError(msg)
+
+    async def _call(self, operation: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``operation`` on the worker thread with this session's connection."""
+        with self._guard:
+            self._check_open()
+            future = self._worker.submit(self._in_worker, operation)
+        return await asyncio.wrap_future(future)
+
+    def _in_worker(self, operation: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._conn
+        if conn is None:
+            # Opened lazily, here, so that neither the constructor nor the loop does file I/O.
+            conn = self._conn = _connect(self._path, self._sql, self._write_lock)
+        return operation(conn)
+
+    def _close_in_worker(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- the protocol -------------------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """Return the latest ``limit`` items (all when ``None``), in chronological order.
+
+        Without an explicit limit, ``session_settings.limit`` applies.
+        """
+        n = resolve_limit(limit, self.session_settings)
+        if n == 0:
+            self._check_open()
+            return []
+        return await self._call(functools.partial(self._get, n))  # type: ignore[arg-type]
+
+    def _get(self, limit: int | None, conn: sqlite3.Connection) -> list[dict[str, Any]]:
+        sql, sid = self._sql, self.session_id
+        with _transaction(conn, write=False):  # one snapshot, even across the refill reads
+            if limit is None:
+                rows = conn.execute(sql.select_all.sql, sql.select_all.params(sid=sid)).fetchall()
+                return decode_rows(rows, on_corrupt="skip")
+            params = sql.select_latest.params(sid=sid, n=limit)
+            fetched = conn.execute(sql.select_latest.sql, params).fetchall()
+            items = decode_rows(reversed(fetched), on_corrupt="skip")
+            want = limit
+            # Corrupt rows were skipped: read further back so ``limit`` counts valid items.
+            while len(items) < limit and len(fetched) == want:
+                want = limit - len(items)
+                params = sql.select_older.params(sid=sid, before=fetched[-1][0], n=want)
+                fetched = conn.execute(sql.select_older.sql, params).fetchall()
+                items = decode_rows(reversed(fetched), on_corrupt="skip") + items
+            return items
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items`` in order, atomically: all of them or (on any error) none.
+
+        Every item is validated and encoded first; one that is not a
+        JSON-serialisable dict raises ``TypeError`` before anything is written.
+        """
+        data = encode_items(items)
+        self._check_open()
+        if not data:
+            return
+        await self._call(functools.partial(self._add, data))
+
+    def _add(self, data: list[str], conn: sqlite3.Connection) -> None:
+        sql, sid = self._sql, self.session_id
+        with self._write_lock, _transaction(conn, write=True):
+            conn.execute(sql.upsert_session.sql, sql.upsert_session.params(sid=sid))
+            rows = [sql.insert_messages.params(sid=sid, data=d) for d in data]
+            conn.executemany(sql.insert_messages.sql, rows)
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Atomically remove and return the newest item; ``None`` when the session is empty.
+
+        A corrupt newest row holds no item to return: it is removed (with a
+        warning) and the next one is popped, in the same transaction.
+        """
+        return await self._call(self._pop)  # type: ignore[arg-type]
+
+    def _pop(self, conn: sqlite3.Connection) -> dict[str, Any] | None:
+        sql = self._sql
+        with self._write_lock, _transaction(conn, write=True):
+            while True:
+                # fetchall: a RETURNING statement must be finished before COMMIT.
+                rows = conn.execute(sql.pop.sql, sql.pop.params(sid=self.session_id)).fetchall()
+                if not rows:
+                    return None
+                row_id, data = rows[0]
+                item = decode_row(data, row_id=row_id, on_corrupt="skip")
+                if item is not None:
+                    return item
+
+    async def clear_session(self) -> None:
+        """Delete the session and all of its items."""
+        await self._call(self._clear)
+
+    def _clear(self, conn: sqlite3.Connection) -> None:
+        sql, sid = self._sql, self.session_id
+        with self._write_lock, _transaction(conn, write=True):
+            conn.execute(sql.delete_messages.sql, sql.delete_messages.params(sid=sid))
+            conn.execute(sql.delete_session.sql, sql.delete_session.params(sid=sid))
+
+    # -- lifetime -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection and stop the worker thread; later calls raise.
+
+        Operations already started finish first. Safe to call more than once.
+        """
+        with self._guard:
+            if self._closed:
+                return
+            self._closed = True
+        self._worker.submit(self._close_in_worker)
+        self._worker.shutdown(wait=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # close() waits for a running operation; do that waiting off the event loop.
+        await asyncio.to_thread(self.close)
