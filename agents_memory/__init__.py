@@ -1,8 +1,8 @@
 """Durable conversation memory for AI agents in a real SQL database.
 
 A drop-in for the OpenAI Agents SDK's session classes: ``SQLAlchemySession`` on
-SQLite (the embedded default) or Postgres, where only the URL changes between a
-laptop and production.
+SQLite (the embedded default), Postgres or MySQL/MariaDB, where only the URL
+changes between a laptop and production.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from sqlalchemy import Row
+from sqlalchemy import Executable, Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agents_memory._codec import OnCorrupt, decode_row, decode_rows
@@ -179,12 +179,30 @@ class Backend:
         and the next one is popped. With ``on_corrupt="raise"`` the transaction rolls
         back instead, leaving the row for inspection.
         """
+        if self.st.pop_delete is not None:
+            return await self._pop_locked(session_id, self.st.pop_delete)
         single = self.on_corrupt == "skip"
         while True:
             async with self._write(single_statement=single) as conn:
                 row = (await conn.execute(self.st.pop, {"sid": session_id})).first()
                 if row is None:
                     return None
+                item = decode_row(row[1], row_id=row[0], on_corrupt=self.on_corrupt)
+            if item is not None:
+                return item
+
+    async def _pop_locked(self, session_id: str, delete: Executable) -> dict[str, Any] | None:
+        """Pop where there is no ``DELETE … RETURNING`` (MySQL): lock the newest row, delete it.
+
+        Both run in one transaction, so the row is returned by exactly one caller;
+        a corrupt row with ``on_corrupt="raise"`` rolls the delete back.
+        """
+        while True:
+            async with self._write(single_statement=False) as conn:
+                row = (await conn.execute(self.st.pop, {"sid": session_id})).first()
+                if row is None:
+                    return None
+                await conn.execute(delete, {"id": row[0]})
                 item = decode_row(row[1], row_id=row[0], on_corrupt=self.on_corrupt)
             if item is not None:
                 return item
