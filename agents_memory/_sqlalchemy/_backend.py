@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from agents_memory._codec import OnCorrupt, decode_row, decode_rows
 from agents_memory._errors import SessionClosedError
 from agents_memory._sqlalchemy._engine import EngineState, engine_state
+from agents_memory._sqlalchemy._mysql import check_packet_size, max_packet
 from agents_memory._sqlalchemy._schema import ensure_schema, schema_errors
 from agents_memory._sqlalchemy._statements import Statements, statements_for
 from agents_memory._tables import TableNames
@@ -47,6 +48,7 @@ class Backend:
         self._autocommit = (
             engine.execution_options(isolation_level="AUTOCOMMIT") if self._pg else engine
         )
+        self._max_packet: int | None = None  # MySQL's statement size limit, read once
         self._create_tables = create_tables
         self._schema_ready = False
         self._closed = False
@@ -117,6 +119,10 @@ class Backend:
                 await conn.execute(st.append, {"sid": session_id, "data": list(data)})
             return
         async with self._write(single_statement=False) as conn:
+            if self.state.dialect == "mysql":
+                if self._max_packet is None:
+                    self._max_packet = await max_packet(conn)
+                check_packet_size(data, self._max_packet)
             await conn.execute(st.upsert_session, {"sid": session_id})
             await conn.execute(st.insert_messages, [{"sid": session_id, "data": d} for d in data])
 

@@ -312,3 +312,24 @@ async def test_ids_differing_in_case_accent_or_trailing_space_are_distinct(
     assert sorted(i.session_id for i in listed) == sorted(ids)
     await store.session("abc").clear_session()
     assert await store.session("abc ").get_items() == [msg(2)]
+
+
+async def test_item_past_mysql_packet_limit_is_a_clear_error(
+    backend: Any, store: SessionStore
+) -> None:
+    """On MySQL, an item past max_allowed_packet is a ValueError naming it; nothing is written."""
+    if backend.kind != "mysql":
+        pytest.skip("MySQL/MariaDB only")
+    async with store.engine.connect() as conn:
+        limit = int((await conn.execute(text("SELECT @@max_allowed_packet"))).scalar_one())
+    if limit > 64 * 2**20:
+        pytest.skip(f"max_allowed_packet is {limit}: too large an item to build in a test")
+    s = store.session("big")
+    await s.add_items([msg(0)])
+    with pytest.raises(ValueError, match="max_allowed_packet"):
+        await s.add_items([msg(1), {"content": "y" * limit}])
+    with pytest.raises(ValueError, match="max_allowed_packet"):
+        await s.add_items([{"content": '"' * (limit // 2)}])  # escaped, it doubles
+    assert await s.get_items() == [msg(0)]
+    await s.add_items([{"content": "😀" * (limit // 16)}])  # large, but fits
+    assert len(await s.get_items()) == 2
