@@ -3,7 +3,9 @@
 A database written by the seed's ``SQLiteSession``, by the Agents SDK's
 ``SQLAlchemySession`` or by ``create_tables=True`` before migrations existed
 already holds these tables; they are brought to this shape in place, keeping
-every row (ids included).
+every row (ids included). On MySQL/MariaDB (where the SDK cannot create its
+tables) the same adoption restates every column for InnoDB, utf8mb4,
+``LONGTEXT`` and ``DATETIME(6)``.
 
 Revision ID: 0001
 Revises:
