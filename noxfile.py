@@ -14,7 +14,7 @@ PYPROJECT = nox.project.load_toml("pyproject.toml")
 SUPPORTED = nox.project.python_versions(PYPROJECT)
 CURRENT = f"{sys.version_info.major}.{sys.version_info.minor}"
 PYTHON = CURRENT if CURRENT in SUPPORTED else SUPPORTED[0]
-DATABASES = ["sqlite", "postgres"]
+DATABASES = ["sqlite", "postgres", "mysql"]
 
 nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_existing_virtualenvs = True

@@ -1,9 +1,10 @@
 """Durable conversation memory for AI agents in a real SQL database.
 
 A drop-in for the OpenAI Agents SDK's session classes: ``SQLAlchemySession`` on
-SQLite (the embedded default) or Postgres, where only the URL changes between a
-laptop and production; ``SQLiteSession`` on the stdlib ``sqlite3`` module, over
-the same tables; and ``OpenAIConversationsSession`` on OpenAI's Conversations API.
+SQLite (the embedded default), Postgres or MySQL/MariaDB, where only the URL
+changes between a laptop and production; ``SQLiteSession`` on the stdlib
+``sqlite3`` module, over the same tables; and ``OpenAIConversationsSession`` on
+OpenAI's Conversations API.
 """
 
 from __future__ import annotations

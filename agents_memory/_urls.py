@@ -14,8 +14,26 @@ DEFAULT_URL = "sqlite+aiosqlite:///./agents_memory.db"
 _ASYNC_DRIVERS: dict[str, str] = {
     "sqlite": "aiosqlite",
     "postgresql": "asyncpg",
+    "mysql": "asyncmy",
+    "mariadb": "asyncmy",
 }
 _BACKEND_ALIASES: dict[str, str] = {"postgres": "postgresql"}
+# Another async driver's URL that we serve with ours (same server protocol, same behaviour).
+_DRIVER_ALIASES: dict[tuple[str, str], str] = {
+    ("mysql", "aiomysql"): "asyncmy",
+    ("mariadb", "aiomysql"): "asyncmy",
+}
+MYSQL_FAMILY = frozenset({"mysql", "mariadb"})
+"""Dialect names of the MySQL family (SQLAlchemy names a ``mariadb://`` engine ``mariadb``)."""
+
+
+def dialect_family(dialect_name: str) -> str:
+    """The backend a dialect belongs to: ``sqlite``, ``postgresql`` or ``mysql`` (MariaDB too).
+
+    MariaDB speaks MySQL's SQL for everything this library does, so one set of
+    statements serves both whichever URL scheme (and so dialect name) was used.
+    """
+    return "mysql" if dialect_name in MYSQL_FAMILY else dialect_name
 
 
 def supported_urls() -> str:
@@ -23,12 +41,21 @@ def supported_urls() -> str:
     return ", ".join(f"{b}+{d}://" for b, d in _ASYNC_DRIVERS.items())
 
 
+def _mysql_query(url: URL) -> URL:
+    """Talk utf8mb4 unless told otherwise: MySQL's ``utf8`` cannot hold 4-byte characters."""
+    if "charset" in url.query:
+        return url
+    return url.update_query_dict({"charset": "utf8mb4"})
+
+
 def normalize_url(url: str | URL) -> URL:
     """Map a plain or async URL onto the async driver we support; reject anything else.
 
-    ``sqlite:///x.db`` becomes ``sqlite+aiosqlite:///x.db`` and ``postgres://``
-    or ``postgresql://`` become ``postgresql+asyncpg://``, so users can paste the
-    URL their platform gives them.
+    ``sqlite:///x.db`` becomes ``sqlite+aiosqlite:///x.db``, ``postgres://``
+    or ``postgresql://`` become ``postgresql+asyncpg://`` and ``mysql://`` /
+    ``mariadb://`` (or ``mysql+aiomysql://``) become ``mysql+asyncmy://`` /
+    ``mariadb+asyncmy://`` with ``charset=utf8mb4``, so users can paste the URL
+    their platform gives them.
     """
     try:
         parsed = make_url(url) if isinstance(url, str) else url
@@ -38,6 +65,7 @@ def normalize_url(url: str | URL) -> URL:
     backend, _, driver = parsed.drivername.partition("+")
     backend = _BACKEND_ALIASES.get(backend, backend)
     wanted = _ASYNC_DRIVERS.get(backend)
+    driver = _DRIVER_ALIASES.get((backend, driver), driver)
     if wanted is None:
         msg = (
             f"unsupported database {backend!r} in {mask_url(parsed)}; supported: {supported_urls()}"
@@ -49,7 +77,8 @@ def normalize_url(url: str | URL) -> URL:
             f"use {backend}+{wanted}:// (or plain {backend}://)"
         )
         raise UnsupportedDatabaseError(msg)
-    return parsed.set(drivername=f"{backend}+{wanted}")
+    normalized = parsed.set(drivername=f"{backend}+{wanted}")
+    return _mysql_query(normalized) if backend in MYSQL_FAMILY else normalized
 
 
 def mask_url(url: str | URL) -> str:

@@ -24,16 +24,59 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
-    func,
 )
-from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import mysql, postgresql
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
 from agents_memory._ids import SESSION_ID_MAX_LENGTH
 from agents_memory._tables import NAMING_CONVENTION, TableNames
 
 METADATA_TYPE = JSON().with_variant(postgresql.JSONB(), "postgresql")
 """JSONB on Postgres, so metadata filters can use containment (``@>``)."""
+
+MESSAGE_DATA_TYPE = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+"""Unbounded text; MySQL's ``TEXT`` stops at 64 KiB, so ``LONGTEXT`` there (up to 4 GiB)."""
+
+TIMESTAMP_TYPE = DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+"""MySQL's ``DATETIME`` keeps whole seconds; ``DATETIME(6)`` keeps recent-first listings ordered."""
+
+MYSQL_TABLE_OPTIONS: dict[str, Any] = {
+    f"{dialect}_{option}": value
+    for dialect in ("mysql", "mariadb")  # a mariadb:// engine reads only its own prefix
+    for option, value in (("engine", "InnoDB"), ("charset", "utf8mb4"), ("collate", "utf8mb4_bin"))
+}
+"""InnoDB (row locks, foreign keys), 4-byte UTF-8 and a binary collation, so session ids that
+differ only in case or accents stay distinct. The migrations pick a NO PAD binary collation
+where the server has one (then trailing spaces count too); every server has ``utf8mb4_bin``."""
+
+
+class current_timestamp(FunctionElement[dt.datetime]):  # noqa: N801 - reads as the SQL it is
+    """``CURRENT_TIMESTAMP``, to the microsecond on MySQL/MariaDB.
+
+    There a ``DATETIME(6)`` column needs a default of the same precision
+    (MySQL refuses a second-precision one); elsewhere it is the plain keyword.
+    """
+
+    type = DateTime()
+    inherit_cache = True
+
+
+@compiles(current_timestamp)
+def _current_timestamp(_element: current_timestamp, _compiler: SQLCompiler, **_kw: Any) -> str:  # noqa: ANN401
+    return "CURRENT_TIMESTAMP"
+
+
+@compiles(current_timestamp, "mysql")
+@compiles(current_timestamp, "mariadb")
+def _current_timestamp_mysql(
+    _element: current_timestamp,
+    _compiler: SQLCompiler,
+    **_kw: Any,  # noqa: ANN401
+) -> str:
+    return "CURRENT_TIMESTAMP(6)"
 
 
 class Models(NamedTuple):
@@ -63,14 +106,14 @@ def _build(names_: TableNames) -> Models:
         """One conversation; its row exists while the conversation has been written to."""
 
         __tablename__ = names_.sessions
-        __table_args__ = (Index(None, "updated_at"),)
+        __table_args__ = (Index(None, "updated_at"), MYSQL_TABLE_OPTIONS)
 
         session_id: Mapped[str] = mapped_column(String(SESSION_ID_MAX_LENGTH), primary_key=True)
         created_at: Mapped[dt.datetime] = mapped_column(
-            DateTime(), server_default=func.current_timestamp(), nullable=False
+            TIMESTAMP_TYPE, server_default=current_timestamp(), nullable=False
         )
         updated_at: Mapped[dt.datetime] = mapped_column(
-            DateTime(), server_default=func.current_timestamp(), nullable=False
+            TIMESTAMP_TYPE, server_default=current_timestamp(), nullable=False
         )
         session_metadata: Mapped[dict[str, Any] | None] = mapped_column(
             "metadata", METADATA_TYPE, nullable=True
@@ -89,7 +132,7 @@ def _build(names_: TableNames) -> Models:
         __tablename__ = names_.messages
         __table_args__ = (
             Index(None, "session_id", "id"),
-            {"sqlite_autoincrement": True},
+            {"sqlite_autoincrement": True, **MYSQL_TABLE_OPTIONS},
         )
 
         id: Mapped[int] = mapped_column(id_type, primary_key=True, autoincrement=True)
@@ -98,9 +141,9 @@ def _build(names_: TableNames) -> Models:
             ForeignKey(f"{names_.sessions}.session_id", ondelete="CASCADE"),
             nullable=False,
         )
-        message_data: Mapped[str] = mapped_column(Text(), nullable=False)
+        message_data: Mapped[str] = mapped_column(MESSAGE_DATA_TYPE, nullable=False)
         created_at: Mapped[dt.datetime] = mapped_column(
-            DateTime(), server_default=func.current_timestamp(), nullable=False
+            TIMESTAMP_TYPE, server_default=current_timestamp(), nullable=False
         )
         session: Mapped[Session] = relationship(back_populates="messages")
 

@@ -1,10 +1,12 @@
 """One fixture parametrises every backend; each test gets its own tables.
 
 Backends come from ``AGENTS_MEMORY_TEST_DB`` (comma-separated: ``sqlite``,
-``postgres``; default both). Postgres is reached at
-``AGENTS_MEMORY_TEST_POSTGRES_URL`` (default ``postgresql://root@127.0.0.1:5432/test``);
-when it does not answer its tests are skipped with the reason, unless ``CI`` is set,
-in which case they fail: CI must never pass by skipping.
+``postgres``, ``mysql``; default all three). Postgres is reached at
+``AGENTS_MEMORY_TEST_POSTGRES_URL`` (default ``postgresql://root@127.0.0.1:5432/test``),
+MySQL/MariaDB at ``AGENTS_MEMORY_TEST_MYSQL_URL`` (default
+``mysql://root@127.0.0.1:3306/test``); when a server does not answer its tests are
+skipped with the reason, unless ``CI`` is set, in which case they fail: CI must
+never pass by skipping.
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from agents_memory import SessionStore, TableNames, create_engine
 POSTGRES_URL = os.environ.get(
     "AGENTS_MEMORY_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test"
 )
+MYSQL_URL = os.environ.get("AGENTS_MEMORY_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
 SELECTED = {
     name.strip()
-    for name in os.environ.get("AGENTS_MEMORY_TEST_DB", "sqlite,postgres").split(",")
+    for name in os.environ.get("AGENTS_MEMORY_TEST_DB", "sqlite,postgres,mysql").split(",")
     if name.strip()
 }
 IN_CI = bool(os.environ.get("CI"))
@@ -39,27 +42,31 @@ class Backend:
     """One database a test runs against."""
 
     id: str
-    kind: str  # "sqlite" or "postgres"
+    kind: str  # "sqlite", "postgres" or "mysql"
     url: str
 
 
-def _server_answers(url: str) -> str | None:
+_DEFAULT_PORTS = {"postgres": 5432, "mysql": 3306}
+
+
+def _server_answers(kind: str, url: str) -> str | None:
     """None if a TCP server answers at the URL's host and port, else why not."""
     parsed = make_url(url)
-    host, port = parsed.host or "127.0.0.1", parsed.port or 5432
+    host, port = parsed.host or "127.0.0.1", parsed.port or _DEFAULT_PORTS[kind]
     try:
         with socket.create_connection((host, port), timeout=2):
             return None
     except OSError as exc:
-        return f"no Postgres server answers at {host}:{port} ({exc})"
+        return f"no {kind} server answers at {host}:{port} ({exc})"
 
 
 def require_server(kind: str, url: str) -> None:
     """Skip (or, under CI, fail) when the server behind ``url`` is not reachable."""
-    reason = _server_answers(url)
+    reason = _server_answers(kind, url)
     if reason is None:
         return
-    message = f"{reason}; set AGENTS_MEMORY_TEST_DB=sqlite to run without {kind}"
+    others = ",".join(sorted(SELECTED - {kind})) or "sqlite"
+    message = f"{reason}; set AGENTS_MEMORY_TEST_DB={others} to run without {kind}"
     if IN_CI:
         pytest.fail(f"CI is set, so a missing server is a failure: {message}")
     pytest.skip(message)
@@ -72,6 +79,8 @@ def _backends() -> list[pytest.param]:  # type: ignore[valid-type]
         params.append(pytest.param("sqlite-memory", id="sqlite-memory"))
     if "postgres" in SELECTED:
         params.append(pytest.param("postgres", id="postgres"))
+    if "mysql" in SELECTED:
+        params.append(pytest.param("mysql", id="mysql"))
     return params
 
 
@@ -83,8 +92,9 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
         return Backend(kind_id, "sqlite", f"sqlite+aiosqlite:///{tmp_path / 'store.db'}")
     if kind_id == "sqlite-memory":
         return Backend(kind_id, "sqlite", "sqlite+aiosqlite://")
-    require_server("postgres", POSTGRES_URL)
-    return Backend(kind_id, "postgres", POSTGRES_URL)
+    url = MYSQL_URL if kind_id == "mysql" else POSTGRES_URL
+    require_server(kind_id, url)
+    return Backend(kind_id, kind_id, url)
 
 
 @pytest.fixture
@@ -119,6 +129,24 @@ async def engine(backend: Backend, names: TableNames) -> AsyncIterator[AsyncEngi
         if backend.kind != "sqlite":
             await drop_tables(eng, names)
         await eng.dispose()
+
+
+@pytest.fixture(autouse=True)
+async def _drop_server_tables(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    """Tests on a server that use ``names`` but not ``engine`` leave no tables behind either."""
+    used = set(request.fixturenames)
+    if "names" not in used or "engine" in used or "backend" not in used:
+        yield
+        return
+    backend: Backend = request.getfixturevalue("backend")
+    names: TableNames = request.getfixturevalue("names")
+    yield
+    if backend.kind != "sqlite":
+        eng = create_engine(backend.url)
+        try:
+            await drop_tables(eng, names)
+        finally:
+            await eng.dispose()
 
 
 @pytest.fixture

@@ -17,6 +17,11 @@ from agents_memory import UnsupportedDatabaseError, mask_url, normalize_url
         ("postgresql://u@h/db", "postgresql+asyncpg"),
         ("postgres://u@h/db", "postgresql+asyncpg"),
         ("postgresql+asyncpg://u@h/db", "postgresql+asyncpg"),
+        ("mysql://u@h/db", "mysql+asyncmy"),
+        ("mysql+asyncmy://u@h/db", "mysql+asyncmy"),
+        ("mysql+aiomysql://u@h/db", "mysql+asyncmy"),
+        ("mariadb://u@h/db", "mariadb+asyncmy"),
+        ("mariadb+aiomysql://u@h/db", "mariadb+asyncmy"),
     ],
 )
 def test_plain_urls_map_to_async_drivers(given: str, driver: str) -> None:
@@ -28,13 +33,20 @@ def test_plain_urls_map_to_async_drivers(given: str, driver: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "given", ["oracle://u@h/db", "postgresql+psycopg2://u@h/db", "sqlite+pysqlite:///x", "nope"]
+    "given",
+    [
+        "oracle://u@h/db",
+        "postgresql+psycopg2://u@h/db",
+        "sqlite+pysqlite:///x",
+        "mysql+pymysql://u@h/db",
+        "nope",
+    ],
 )
 def test_unsupported_urls_name_the_supported_ones(given: str) -> None:
     """Unsupported databases or drivers get an error that lists what works."""
     with pytest.raises(UnsupportedDatabaseError) as info:
         normalize_url(given)
-    assert "asyncpg" in str(info.value) or "aiosqlite" in str(info.value)
+    assert any(d in str(info.value) for d in ("asyncpg", "aiosqlite", "asyncmy"))
 
 
 def test_password_is_masked_in_errors_and_display() -> None:
@@ -45,3 +57,11 @@ def test_password_is_masked_in_errors_and_display() -> None:
     with pytest.raises(UnsupportedDatabaseError) as info:
         normalize_url("oracle://bob:s3cret@db/x")
     assert "s3cret" not in str(info.value)
+
+
+def test_mysql_urls_talk_utf8mb4() -> None:
+    """MySQL/MariaDB URLs get charset=utf8mb4 (4-byte characters) unless they name a charset."""
+    assert normalize_url("mysql://u@h/db").query["charset"] == "utf8mb4"
+    assert normalize_url("mariadb://u:pw@h:3307/db").query["charset"] == "utf8mb4"
+    assert normalize_url("mysql://u@h/db?charset=latin1").query["charset"] == "latin1"
+    assert "pw" not in mask_url(normalize_url("mariadb://u:pw@h/db"))

@@ -43,8 +43,7 @@ def resolve_url(x_args: dict[str, str]) -> str:
 def _run_on(context: EnvironmentContext, connection: Connection, names: TableNames) -> None:
     with sqlite_foreign_keys_off(connection):
         context.configure(connection=connection, **migration_opts(names))
-        with context.begin_transaction():
-            lock(connection, names)
+        with context.begin_transaction(), lock(connection, names):
             context.run_migrations()
 
 

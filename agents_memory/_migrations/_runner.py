@@ -16,10 +16,13 @@ from typing import Any
 from alembic.operations import Operations
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
+from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection
+from sqlalchemy.types import TypeEngine
 
 from agents_memory._migrations._scripts import script_directory
 from agents_memory._tables import TableNames
+from agents_memory._urls import dialect_family
 from agents_memory.models import get_models
 
 NAMES_KEY = "agents_memory_tables"
@@ -36,13 +39,37 @@ def include_name(names: TableNames) -> Callable[[str | None, str, object], bool]
     return include
 
 
+def compare_type(
+    context: MigrationContext,
+    _inspected_column: Any,  # noqa: ANN401
+    _metadata_column: Any,  # noqa: ANN401
+    inspected_type: TypeEngine[Any],
+    metadata_type: TypeEngine[Any],
+) -> bool | None:
+    """Alembic's type comparison, plus the fractional seconds of a MySQL ``DATETIME``.
+
+    Alembic compares type arguments only when both sides have the same number of
+    them, so ``DATETIME`` against ``DATETIME(6)`` would pass, and a column that
+    lost its microseconds would go unnoticed. (MariaDB's ``JSON``, reflected as
+    ``LONGTEXT``, needs nothing: Alembic already treats the two as synonyms.)
+    ``None`` defers to Alembic's own comparison.
+    """
+    dialect = context.dialect
+    if dialect_family(dialect.name) != "mysql":
+        return None
+    wanted = metadata_type.dialect_impl(dialect)
+    if isinstance(wanted, mysql.DATETIME) and isinstance(inspected_type, mysql.DATETIME):
+        return (inspected_type.fsp or 0) != (wanted.fsp or 0)
+    return None
+
+
 def migration_opts(names: TableNames) -> dict[str, Any]:
     """The context options every front end uses for the lineage of ``names``."""
     return {
         "target_metadata": get_models(names).metadata,
         "version_table": names.version_table,
         "render_as_batch": True,
-        "compare_type": True,
+        "compare_type": compare_type,
         "include_name": include_name(names),
         NAMES_KEY: names,
     }
@@ -53,20 +80,52 @@ def _lock_key(names: TableNames) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-def lock(connection: Connection, names: TableNames) -> None:
+MYSQL_LOCK_TIMEOUT_S = 600
+"""How long a MySQL/MariaDB migrator waits for another one migrating the same tables."""
+
+
+@contextlib.contextmanager
+def lock(connection: Connection, names: TableNames) -> Iterator[None]:
     """Serialise migrators of one lineage across processes, inside the migration transaction.
 
     Postgres: a transaction-scoped advisory lock. SQLite: ``BEGIN IMMEDIATE``
     takes the file's write lock up front, which also makes the DDL transactional
     (the sqlite3 module would otherwise run DDL outside any transaction).
+    MySQL/MariaDB have no transactional DDL (each statement commits), so a named
+    ``GET_LOCK`` held by the connection serialises migrators instead; it is
+    released on the way out, since a pooled connection outlives the migration.
     """
-    dialect = connection.dialect.name
+    dialect = dialect_family(connection.dialect.name)
     if dialect == "postgresql":
         connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _lock_key(names)})
     elif dialect == "sqlite":
         driver = connection.connection.driver_connection
         if not getattr(driver, "in_transaction", False):
             connection.exec_driver_sql("BEGIN IMMEDIATE")
+    elif dialect == "mysql":
+        with _mysql_lock(connection, names):
+            yield
+        return
+    yield
+
+
+@contextlib.contextmanager
+def _mysql_lock(connection: Connection, names: TableNames) -> Iterator[None]:
+    # GET_LOCK names are at most 64 characters: a digest of the version table fits any set.
+    name = f"agents_memory:{_lock_key(names) & 0xFFFFFFFFFFFFFFFF:016x}"
+    params = {"name": name, "timeout": MYSQL_LOCK_TIMEOUT_S}
+    got = connection.execute(text("SELECT GET_LOCK(:name, :timeout)"), params).scalar()
+    if got != 1:
+        msg = (
+            f"another migration of {names.sessions}/{names.messages} held its lock for "
+            f"{MYSQL_LOCK_TIMEOUT_S} s; wait for it to finish (or end that connection), then "
+            "run the migration again"
+        )
+        raise RuntimeError(msg)
+    try:
+        yield
+    finally:
+        connection.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": name})
 
 
 @contextlib.contextmanager
@@ -115,6 +174,9 @@ def run_lineage(
         context = MigrationContext.configure(
             connection, opts={**migration_opts(names), "fn": steps, "script": script}
         )
-        with Operations.context(context), context.begin_transaction():
-            lock(connection, names)
+        with (
+            Operations.context(context),
+            context.begin_transaction(),
+            lock(connection, names),
+        ):
             context.run_migrations()

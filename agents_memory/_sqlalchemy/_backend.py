@@ -10,12 +10,13 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from sqlalchemy import Row
+from sqlalchemy import Executable, Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agents_memory._codec import OnCorrupt, decode_row, decode_rows
 from agents_memory._errors import SessionClosedError
 from agents_memory._sqlalchemy._engine import EngineState, engine_state
+from agents_memory._sqlalchemy._mysql import check_packet_size, max_packet
 from agents_memory._sqlalchemy._schema import ensure_schema, schema_errors
 from agents_memory._sqlalchemy._statements import Statements, statements_for
 from agents_memory._tables import TableNames
@@ -47,6 +48,7 @@ class Backend:
         self._autocommit = (
             engine.execution_options(isolation_level="AUTOCOMMIT") if self._pg else engine
         )
+        self._max_packet: int | None = None  # MySQL's statement size limit, read once
         self._create_tables = create_tables
         self._schema_ready = False
         self._closed = False
@@ -117,6 +119,10 @@ class Backend:
                 await conn.execute(st.append, {"sid": session_id, "data": list(data)})
             return
         async with self._write(single_statement=False) as conn:
+            if self.state.dialect == "mysql":
+                if self._max_packet is None:
+                    self._max_packet = await max_packet(conn)
+                check_packet_size(data, self._max_packet)
             await conn.execute(st.upsert_session, {"sid": session_id})
             await conn.execute(st.insert_messages, [{"sid": session_id, "data": d} for d in data])
 
@@ -179,12 +185,30 @@ class Backend:
         and the next one is popped. With ``on_corrupt="raise"`` the transaction rolls
         back instead, leaving the row for inspection.
         """
+        if self.st.pop_delete is not None:
+            return await self._pop_locked(session_id, self.st.pop_delete)
         single = self.on_corrupt == "skip"
         while True:
             async with self._write(single_statement=single) as conn:
                 row = (await conn.execute(self.st.pop, {"sid": session_id})).first()
                 if row is None:
                     return None
+                item = decode_row(row[1], row_id=row[0], on_corrupt=self.on_corrupt)
+            if item is not None:
+                return item
+
+    async def _pop_locked(self, session_id: str, delete: Executable) -> dict[str, Any] | None:
+        """Pop where there is no ``DELETE … RETURNING`` (MySQL): lock the newest row, delete it.
+
+        Both run in one transaction, so the row is returned by exactly one caller;
+        a corrupt row with ``on_corrupt="raise"`` rolls the delete back.
+        """
+        while True:
+            async with self._write(single_statement=False) as conn:
+                row = (await conn.execute(self.st.pop, {"sid": session_id})).first()
+                if row is None:
+                    return None
+                await conn.execute(delete, {"id": row[0]})
                 item = decode_row(row[1], row_id=row[0], on_corrupt=self.on_corrupt)
             if item is not None:
                 return item

@@ -2,8 +2,9 @@
 
 SQLite allows one writer at a time per file. Rather than let concurrent writers
 collide and retry on "database is locked", each engine gets one asyncio lock
-that its writers queue on; readers run in parallel under WAL. Postgres gets no
-lock at all, so its throughput grows with the pool.
+that its writers queue on; readers run in parallel under WAL. Postgres and
+MySQL/MariaDB get no lock at all (their row locks order writers), so their
+throughput grows with the pool.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
-from agents_memory._urls import is_sqlite_memory, normalize_url
+from agents_memory._urls import dialect_family, is_sqlite_memory, normalize_url
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite writer waits for another *process* holding the file's write lock."""
@@ -48,7 +49,8 @@ class EngineState:
     )
 
     def __init__(self, engine: AsyncEngine) -> None:
-        self.dialect: str = engine.dialect.name
+        self.dialect: str = dialect_family(engine.dialect.name)
+        """``sqlite``, ``postgresql`` or ``mysql`` (MariaDB included): picks the statements."""
         self.serialize_writes = self.dialect == "sqlite"
         # One shared connection (in-memory SQLite): readers must queue too.
         self.serialize_all = self.serialize_writes and is_sqlite_memory(engine.url)

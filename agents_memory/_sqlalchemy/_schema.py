@@ -18,7 +18,13 @@ from agents_memory._errors import SchemaNotReadyError
 from agents_memory._tables import TableNames
 from agents_memory._urls import mask_url
 
-_MISSING_MARKERS = ("no such table", "does not exist", "doesn't exist", "no such column")
+_MISSING_MARKERS = (
+    "no such table",
+    "does not exist",
+    "doesn't exist",
+    "no such column",
+    "unknown column",  # MySQL/MariaDB
+)
 _MISSING_SQLSTATES = {"42P01", "42703"}  # undefined table / column (Postgres)
 
 

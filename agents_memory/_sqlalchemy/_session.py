@@ -25,7 +25,7 @@ from agents_memory._urls import mask_url
 
 
 class SQLAlchemySession(SessionABC):
-    """One conversation's history in SQLite or Postgres, through an async SQLAlchemy engine.
+    """One conversation's history in SQLite, Postgres or MySQL, through an async SQLAlchemy engine.
 
     Pass ``engine=`` to share your application's engine (the session never closes
     it), or use :meth:`from_url` to let the session own one. For many
@@ -88,8 +88,8 @@ class SQLAlchemySession(SessionABC):
     ) -> Self:
         """Create a session that owns an engine for ``url``; close it with ``close()``.
 
-        Plain ``sqlite:///``, ``postgresql://`` and ``postgres://`` URLs are mapped
-        to the async drivers.
+        Plain ``sqlite:///``, ``postgresql://``, ``postgres://``, ``mysql://`` and
+        ``mariadb://`` URLs are mapped to the async drivers.
         """
         engine = create_engine(url, **(engine_kwargs or {}))
         self = cls(session_id, engine=engine, **kwargs)

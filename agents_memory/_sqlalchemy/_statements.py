@@ -11,6 +11,7 @@ import dataclasses
 import functools
 
 from sqlalchemy import (
+    BindParameter,
     Delete,
     Executable,
     Table,
@@ -22,11 +23,11 @@ from sqlalchemy import (
     select,
     text,
 )
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.sql.dml import Insert
 
 from agents_memory._tables import TableNames
-from agents_memory.models import get_models
+from agents_memory.models import current_timestamp, get_models
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -49,11 +50,13 @@ class Statements:
     select_older: Executable
     """Newest first below an id (``sid``, ``before``, ``n``): refills a limit past corrupt rows."""
     pop: TextClause
-    """Delete and return the newest item (``sid``)."""
+    """Delete and return the newest item (``sid``); MySQL: select and lock it (``pop_delete``)."""
     delete_messages: Delete
     delete_session: Delete
     clear: TextClause | None
-    """Postgres only: both deletes as one statement (``sid``)."""
+    """Postgres: both deletes as one statement; MySQL: the session row's, cascading (``sid``)."""
+    pop_delete: TextClause | None = None
+    """MySQL only (no ``DELETE … RETURNING``): delete the row ``pop`` locked (``id``)."""
 
 
 @functools.cache
@@ -72,6 +75,8 @@ def statements_for(names: TableNames, dialect: str) -> Statements:
             index_elements=[sessions.c.session_id],
             set_={"updated_at": func.current_timestamp()},
         )
+    elif dialect == "mysql":
+        upsert_session = _mysql_upsert_session(sessions, sid)
     else:
         lite = sqlite.insert(sessions).values(session_id=sid)
         upsert_session = lite.on_conflict_do_update(
@@ -81,6 +86,7 @@ def statements_for(names: TableNames, dialect: str) -> Statements:
 
     append = None
     clear = None
+    pop_delete = None
     if dialect == "postgresql":
         # The uncorrelated sub-select is a one-time filter evaluated before the first row,
         # so the session row is upserted (and row-locked) before any id is drawn: batches
@@ -103,6 +109,8 @@ def statements_for(names: TableNames, dialect: str) -> Statements:
             f"DELETE FROM {m} WHERE id = (SELECT id FROM {m} WHERE session_id = :sid "
             "ORDER BY id DESC LIMIT 1 FOR UPDATE) RETURNING id, message_data"
         )
+    elif dialect == "mysql":
+        pop, pop_delete, clear = _mysql_pop_and_clear(names)
     else:
         # SQLite: callers hold the engine's write lock, and the file lock serialises processes.
         pop = text(
@@ -137,4 +145,42 @@ def statements_for(names: TableNames, dialect: str) -> Statements:
         delete_messages=delete(messages).where(by_session),
         delete_session=delete(sessions).where(sessions.c.session_id == sid),
         clear=clear,
+        pop_delete=pop_delete,
     )
+
+
+# -- MySQL / MariaDB ----------------------------------------------------------------------------
+
+
+def _mysql_upsert_session(sessions: Table, sid: BindParameter[str]) -> Executable:
+    """Create the session row or bump ``updated_at``, to the microsecond.
+
+    Run first in an append's transaction, it row-locks the session (exclusively,
+    found or inserted) until commit: appends to one session queue there, so
+    each batch's ids are drawn after the previous batch committed and stay
+    contiguous in that session's order.
+    """
+    return (
+        mysql.insert(sessions)
+        .values(session_id=sid)
+        .on_duplicate_key_update(updated_at=current_timestamp())
+    )
+
+
+def _mysql_pop_and_clear(names: TableNames) -> tuple[TextClause, TextClause, TextClause]:
+    """Pop as a locking read then a delete (MySQL has no ``DELETE … RETURNING``); clear by cascade.
+
+    ``FOR UPDATE`` makes a concurrent popper wait on the same newest row; once
+    it is deleted and committed, the waiter's locking read moves on to the next
+    one, so each item is claimed exactly once. Clearing deletes only the session
+    row and lets ``ON DELETE CASCADE`` remove its items: locking the session row
+    first, as appends do, means the two never wait on each other in a cycle.
+    """
+    s, m = names.sessions, names.messages  # validated identifiers (agents_memory._tables)
+    pop = text(
+        f"SELECT id, message_data FROM {m} WHERE session_id = :sid "
+        "ORDER BY id DESC LIMIT 1 FOR UPDATE"
+    )
+    pop_delete = text(f"DELETE FROM {m} WHERE id = :id")
+    clear = text(f"DELETE FROM {s} WHERE session_id = :sid")
+    return pop, pop_delete, clear

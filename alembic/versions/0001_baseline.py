@@ -3,7 +3,9 @@
 A database written by the seed's ``SQLiteSession``, by the Agents SDK's
 ``SQLAlchemySession`` or by ``create_tables=True`` before migrations existed
 already holds these tables; they are brought to this shape in place, keeping
-every row (ids included).
+every row (ids included). On MySQL/MariaDB (where the SDK cannot create its
+tables) the same adoption restates every column for InnoDB, utf8mb4,
+``LONGTEXT`` and ``DATETIME(6)``.
 
 Revision ID: 0001
 Revises:
@@ -15,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
 
 from alembic import op
 
@@ -24,18 +27,51 @@ branch_labels = None
 depends_on = None
 
 # Frozen copies of the types at this revision (never import the live models here).
+MYSQL = ("mysql", "mariadb")  # a mariadb:// URL gives the dialect its own name
 ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 SESSION_ID = sa.String(255)
+# MySQL's TEXT stops at 64 KiB and its DATETIME at whole seconds.
+MESSAGE_DATA = sa.Text().with_variant(mysql.LONGTEXT(), *MYSQL)
+TIMESTAMP = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), *MYSQL)
+# Binary (case- and accent-sensitive) collations, NO PAD first (trailing spaces count).
+MYSQL_COLLATIONS = ("utf8mb4_0900_bin", "utf8mb4_nopad_bin", "utf8mb4_bin")
 
 
 def _names() -> Any:  # noqa: ANN401
     return op.get_context().opts["agents_memory_tables"]
 
 
+def _is_mysql() -> bool:
+    return op.get_context().dialect.name in MYSQL
+
+
+def _now() -> Any:  # noqa: ANN401
+    """The column default: a DATETIME(6) on MySQL needs a clock of the same precision."""
+    return sa.text("CURRENT_TIMESTAMP(6)") if _is_mysql() else sa.func.current_timestamp()
+
+
 def _timestamp(name: str) -> sa.Column[Any]:
-    return sa.Column(
-        name, sa.DateTime(), server_default=sa.func.current_timestamp(), nullable=False
+    return sa.Column(name, TIMESTAMP, server_default=_now(), nullable=False)
+
+
+def _mysql_collation() -> str:
+    """The first binary utf8mb4 collation this server has (offline: the one every server has)."""
+    if op.get_context().as_sql:
+        return MYSQL_COLLATIONS[-1]
+    query = sa.text(
+        "SELECT COLLATION_NAME FROM information_schema.COLLATIONS WHERE COLLATION_NAME IN "
+        "(" + ", ".join(f"'{c}'" for c in MYSQL_COLLATIONS) + ")"
     )
+    present = set(op.get_bind().execute(query).scalars())
+    return next((c for c in MYSQL_COLLATIONS if c in present), MYSQL_COLLATIONS[-1])
+
+
+def _table_options() -> dict[str, str]:
+    """InnoDB (row locks, foreign keys) and utf8mb4 with a binary collation on MySQL/MariaDB."""
+    if not _is_mysql():
+        return {}
+    options = {"engine": "InnoDB", "charset": "utf8mb4", "collate": _mysql_collation()}
+    return {f"{d}_{k}": v for d in MYSQL for k, v in options.items()}
 
 
 def _create_sessions(table: str) -> None:
@@ -44,6 +80,7 @@ def _create_sessions(table: str) -> None:
         sa.Column("session_id", SESSION_ID, primary_key=True),
         _timestamp("created_at"),
         _timestamp("updated_at"),
+        **_table_options(),
     )
 
 
@@ -57,9 +94,10 @@ def _create_messages(table: str, sessions: str) -> None:
             sa.ForeignKey(f"{sessions}.session_id", ondelete="CASCADE"),
             nullable=False,
         ),
-        sa.Column("message_data", sa.Text(), nullable=False),
+        sa.Column("message_data", MESSAGE_DATA, nullable=False),
         _timestamp("created_at"),
         sqlite_autoincrement=True,
+        **_table_options(),
     )
     op.create_index(None, table, ["session_id", "id"])  # type: ignore[arg-type]
 
@@ -78,6 +116,9 @@ def _adopt(insp: sa.Inspector, names: Any) -> None:  # noqa: ANN401
     m_cols = {c["name"]: c for c in insp.get_columns(names.messages)}
     _fill_null_times(names.sessions, [c for c in ("created_at", "updated_at") if c in s_cols])
     _fill_null_times(names.messages, ["created_at"] if "created_at" in m_cols else [])
+    if dialect in MYSQL:
+        _adopt_mysql(insp, names, s_cols)
+        return
 
     with op.batch_alter_table(
         names.sessions, recreate="always" if dialect == "sqlite" else "auto"
@@ -123,6 +164,48 @@ def _adopt(insp: sa.Inspector, names: Any) -> None:  # noqa: ANN401
             )
         )
     op.create_index(None, names.messages, ["session_id", "id"])  # type: ignore[arg-type]
+
+
+def _adopt_mysql(insp: sa.Inspector, names: Any, s_cols: dict[str, Any]) -> None:  # noqa: ANN401
+    """MySQL/MariaDB: restate each column in full, since ``MODIFY`` keeps nothing implicitly.
+
+    (An ``id`` restated without ``AUTO_INCREMENT`` would lose it.) The foreign
+    key is dropped meanwhile and made again after: MariaDB refuses a new
+    collation on a referenced column even with foreign-key checks off.
+    """
+    collation = _mysql_collation()
+    now = "DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"
+    s, m = names.sessions, names.messages
+    for fk in insp.get_foreign_keys(m):
+        if fk["referred_table"] == s and fk["name"]:
+            op.drop_constraint(fk["name"], m, type_="foreignkey")
+    for table in (s, m):
+        op.execute(
+            sa.text(
+                f"ALTER TABLE {table} ENGINE=InnoDB, "
+                f"CONVERT TO CHARACTER SET utf8mb4 COLLATE {collation}"
+            )
+        )
+    times = [
+        f"{'MODIFY' if c in s_cols else 'ADD'} {c} {now}" for c in ("created_at", "updated_at")
+    ]
+    op.execute(
+        sa.text(f"ALTER TABLE {s} MODIFY session_id VARCHAR(255) NOT NULL, {', '.join(times)}")
+    )
+    op.execute(
+        sa.text(
+            f"ALTER TABLE {m} MODIFY id BIGINT NOT NULL AUTO_INCREMENT, "
+            "MODIFY session_id VARCHAR(255) NOT NULL, MODIFY message_data LONGTEXT NOT NULL, "
+            f"MODIFY created_at {now}"
+        )
+    )
+    indexes = insp.get_indexes(m)
+    if not any(index["column_names"] == ["session_id", "id"] for index in indexes):
+        op.create_index(None, m, ["session_id", "id"])  # type: ignore[arg-type]
+    for index in indexes:
+        if index["name"] == f"idx_{m}_session_time":  # the Agents SDK's
+            op.drop_index(index["name"], table_name=m)  # type: ignore[arg-type]
+    op.create_foreign_key(None, m, s, ["session_id"], ["session_id"], ondelete="CASCADE")  # type: ignore[arg-type]
 
 
 def upgrade() -> None:

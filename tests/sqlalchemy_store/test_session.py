@@ -84,7 +84,7 @@ async def test_from_url_owns_and_closes_engine(backend: Any, names: TableNames) 
     try:
         await session.add_items([msg(1)])
         assert await session.get_items() == [msg(1)]
-        assert session.engine.dialect.name in ("sqlite", "postgresql")
+        assert session.engine.dialect.name in ("sqlite", "postgresql", "mysql", "mariadb")
     finally:
         await session.clear_session()
         await session.close()
@@ -121,3 +121,55 @@ async def test_iter_items_streams_in_batches(store: SessionStore) -> None:
     assert [i async for i in store.session("none").iter_items()] == []
     with pytest.raises(ValueError, match="batch_size"):
         _ = [i async for i in s.iter_items(batch_size=0)]
+
+
+async def test_large_items_round_trip(store: SessionStore) -> None:
+    """Items far past 64 KiB (MySQL's TEXT limit) and 4-byte characters come back whole."""
+    s = store.session("big")
+    items = [
+        {"content": "😀" * 300_000},  # 1.2 MB of UTF-8
+        {"content": "ü" * 100_000, "n": 1},
+        {"content": "x" * 70_000, "emoji": "👩‍👩‍👧"},
+    ]
+    await s.add_items(items)
+    assert await s.get_items() == items
+    assert await s.get_items(limit=1) == items[-1:]
+    assert await s.pop_item() == items[-1]
+    assert [i async for i in s.iter_items(batch_size=1)] == items[:2]
+
+
+async def test_ids_differing_in_case_accent_or_trailing_space_are_distinct(
+    store: SessionStore,
+) -> None:
+    """Session ids are compared exactly: no case folding, accent folding or space padding."""
+    ids = ["abc", "ABC", "abc ", "ábc", "a\u0301bc", "abc\t"]
+    for i, sid in enumerate(ids):
+        await store.session(sid).add_items([msg(i)])
+    for i, sid in enumerate(ids):
+        assert await store.session(sid).get_items() == [msg(i)]
+        assert (await store.get_session(sid)) is not None
+    listed = (await store.list_sessions()).sessions
+    assert sorted(i.session_id for i in listed) == sorted(ids)
+    await store.session("abc").clear_session()
+    assert await store.session("abc ").get_items() == [msg(2)]
+
+
+async def test_item_past_mysql_packet_limit_is_a_clear_error(
+    backend: Any, store: SessionStore
+) -> None:
+    """On MySQL, an item past max_allowed_packet is a ValueError naming it; nothing is written."""
+    if backend.kind != "mysql":
+        pytest.skip("MySQL/MariaDB only")
+    async with store.engine.connect() as conn:
+        limit = int((await conn.execute(text("SELECT @@max_allowed_packet"))).scalar_one())
+    if limit > 64 * 2**20:
+        pytest.skip(f"max_allowed_packet is {limit}: too large an item to build in a test")
+    s = store.session("big")
+    await s.add_items([msg(0)])
+    with pytest.raises(ValueError, match="max_allowed_packet"):
+        await s.add_items([msg(1), {"content": "y" * limit}])
+    with pytest.raises(ValueError, match="max_allowed_packet"):
+        await s.add_items([{"content": '"' * (limit // 2)}])  # escaped, it doubles
+    assert await s.get_items() == [msg(0)]
+    await s.add_items([{"content": "😀" * (limit // 16)}])  # large, but fits
+    assert len(await s.get_items()) == 2

@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agents_memory import SessionStore
+from agents_memory import SessionStore, migrations
 
 
 async def test_sessions_share_one_pool(store: SessionStore) -> None:
@@ -92,8 +94,8 @@ async def test_store_from_url_and_close(backend: Any, names: Any) -> None:
         await st.delete_session("x")
 
 
-async def test_postgres_runs_sessions_in_parallel(backend: Any, store: SessionStore) -> None:
-    """On Postgres, concurrent writes use several pooled connections at once (no global lock).
+async def test_servers_run_sessions_in_parallel(backend: Any, store: SessionStore) -> None:
+    """On Postgres and MySQL, concurrent writes use several pooled connections (no global lock).
 
     On SQLite the writers queue on one per-engine lock instead, so writers never hold
     more than one connection at a time.
@@ -114,7 +116,7 @@ async def test_postgres_runs_sessions_in_parallel(backend: Any, store: SessionSt
     event.listen(store.engine.sync_engine, "checkout", checkout)
     event.listen(store.engine.sync_engine, "checkin", checkin)
     await asyncio.gather(*(store.session(f"p{i}").add_items([{"i": i}]) for i in range(32)))
-    if backend.kind == "postgres":
+    if backend.kind != "sqlite":
         assert peak > 1
     else:
         assert peak == 1
@@ -172,3 +174,64 @@ async def test_bad_metadata_is_refused(store: SessionStore) -> None:
         await store.list_sessions(metadata={'a"b': 1})
     with pytest.raises(TypeError, match="filter value"):
         await store.list_sessions(metadata={"a": [1]})  # type: ignore[dict-item]
+
+
+async def test_metadata_filter_matches_kind_and_value_exactly(store: SessionStore) -> None:
+    """A filter matches only the same JSON kind: not 1 for True, not an array holding the value."""
+    await store.session("bool").set_metadata({"v": True, "tags": ["x"], "s": "x"})
+    await store.session("one").set_metadata({"v": 1, "tags": "x", "s": "x "})
+    await store.session("text").set_metadata({"v": "1", "tags": {"x": 1}, "s": "X"})
+
+    async def ids(**filters: Any) -> list[str]:
+        page = await store.list_sessions(metadata=filters)
+        return sorted(i.session_id for i in page.sessions)
+
+    assert await ids(v=True) == ["bool"]
+    assert await ids(v=1) == ["one"]
+    assert await ids(v=1.0) == ["one"]
+    assert await ids(v="1") == ["text"]
+    assert await ids(tags="x") == ["one"]
+    assert await ids(s="x") == ["bool"]
+    assert await ids(s="x ") == ["one"]
+    assert await ids(s="X") == ["text"]
+    assert await ids(missing=True) == []
+
+
+@pytest.mark.parametrize(
+    "meta", [{"s": "nul \x00"}, {"s": "lone \ud800"}, {"k\x00": 1}, {"a": ["\udfff"]}]
+)
+async def test_metadata_a_json_column_cannot_hold_is_refused(
+    store: SessionStore, meta: dict[str, Any]
+) -> None:
+    """NUL and lone surrogates in metadata are a ValueError on every backend, nothing written."""
+    with pytest.raises(ValueError, match="metadata strings"):
+        await store.session("a").set_metadata(meta)
+    assert await store.get_session("a") is None
+    with pytest.raises(ValueError, match="metadata strings"):
+        await store.list_sessions(metadata={"s": "lone \ud800"})
+    with pytest.raises(ValueError, match="finite"):
+        await store.list_sessions(metadata={"n": float("nan")})
+
+
+async def test_mariadb_url_gets_the_mysql_statements(
+    backend: Any, engine: AsyncEngine, names: Any
+) -> None:
+    """A mariadb:// URL (SQLAlchemy's "mariadb" dialect) runs the same schema and statements."""
+    if backend.kind != "mysql":
+        pytest.skip("MySQL/MariaDB only")
+    async with engine.connect():
+        if not engine.dialect.is_mariadb:
+            pytest.skip("the server is MySQL, which SQLAlchemy's mariadb dialect refuses")
+    url = make_url(backend.url).set(drivername="mariadb")
+    kw = {"sessions_table": names.sessions, "messages_table": names.messages}
+    async with SessionStore.from_url(url, create_tables=True, **kw) as st:
+        assert st.engine.dialect.name == "mariadb"
+        s = st.session("m")
+        await s.add_items([{"i": i, "t": "😀"} for i in range(3)])
+        await s.set_metadata({"user": "u1"})
+        assert await s.pop_item() == {"i": 2, "t": "😀"}
+        assert await s.get_items(limit=1) == [{"i": 1, "t": "😀"}]
+        page = await st.list_sessions(metadata={"user": "u1"})
+        assert [(i.session_id, i.item_count) for i in page.sessions] == [("m", 2)]
+        assert await migrations.check(st.engine, **kw) == []
+        assert await st.delete_session("m") is True
