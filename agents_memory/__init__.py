@@ -20,6 +20,7 @@ from agents_memory._errors import (
 from agents_memory._protocol import Session, SessionABC, SessionSettings, TResponseInputItem
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._session import SQLAlchemySession
+from agents_memory._sqlalchemy._stats import StoreStats
 from agents_memory._sqlalchemy._store import SessionInfo, SessionPage, SessionStore
 from agents_memory._tables import TableNames
 from agents_memory._urls import DEFAULT_URL, mask_url, normalize_url
@@ -43,6 +44,7 @@ __all__ = [
     "SessionPage",
     "SessionSettings",
     "SessionStore",
+    "StoreStats",
     "TResponseInputItem",
     "TableNames",
     "UnsupportedDatabaseError",
