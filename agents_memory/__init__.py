@@ -24,6 +24,7 @@ from agents_memory._openai_conversations import OpenAIConversationsSession
 from agents_memory._protocol import Session, SessionABC, SessionSettings, TResponseInputItem
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._session import SQLAlchemySession
+from agents_memory._sqlalchemy._stats import StoreStats
 from agents_memory._sqlalchemy._store import SessionInfo, SessionPage, SessionStore
 from agents_memory._sqlite_session import SQLiteSession
 from agents_memory._tables import TableNames
@@ -51,6 +52,7 @@ __all__ = [
     "SessionPage",
     "SessionSettings",
     "SessionStore",
+    "StoreStats",
     "TResponseInputItem",
     "TableNames",
     "UnsupportedDatabaseError",

@@ -1,24 +1,42 @@
-"""The typer application and its global options."""
+"""The typer application: global options, the command tree, and the demo."""
 
 from __future__ import annotations
 
-import asyncio
-import os
 from typing import Annotated
 
 import typer
 
 from agents_memory import __version__
+from agents_memory._cli import _db, _sessions, _transfer
 from agents_memory._cli._demo import run_demo
-from agents_memory._urls import DEFAULT_URL
+from agents_memory._cli._options import (
+    Globals,
+    JsonOption,
+    MessagesTableOption,
+    SessionsTableOption,
+    UrlOption,
+    target,
+)
+from agents_memory._cli._run import run
 
 app = typer.Typer(
     name="agents-memory",
     help="Operate an agents_memory store: conversation history for AI agents in SQL.",
+    epilog=(
+        "Examples:\n\n"
+        "  agents-memory demo\n\n"
+        "  agents-memory --url postgresql://app@db/agents db upgrade\n\n"
+        "  agents-memory sessions list --limit 10\n\n"
+        "  agents-memory export -o backup.jsonl\n\n"
+        "  agents-memory copy --from sqlite:///agents_memory.db --to postgresql://app@db/agents"
+    ),
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode="rich",
+    pretty_exceptions_enable=False,  # --debug prints a plain traceback, never local variables
 )
+app.add_typer(_db.app)
+app.add_typer(_sessions.app)
 
 
 def _version(value: bool) -> None:
@@ -30,22 +48,51 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     ctx: typer.Context,
-    url: Annotated[
-        str | None,
-        typer.Option(help=f"Database URL (else $AGENTS_MEMORY_URL, else {DEFAULT_URL})."),
-    ] = None,
-    version: Annotated[  # noqa: ARG001 - handled eagerly by the callback
+    url: UrlOption = None,
+    sessions_table: SessionsTableOption = None,
+    messages_table: MessagesTableOption = None,
+    json_: JsonOption = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show the traceback when something fails.")
+    ] = False,
+    version: Annotated[  # noqa: ARG001 - handled eagerly by its callback
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Show the version."),
     ] = False,
 ) -> None:
-    ctx.obj = {"url": url or os.environ.get("AGENTS_MEMORY_URL") or DEFAULT_URL}
+    ctx.obj = Globals(url, sessions_table, messages_table, json_, debug)
 
 
-@app.command()
+@app.command(
+    epilog="Examples:\n\n  agents-memory demo\n\n  agents-memory --url sqlite:///try.db demo"
+)
 def demo(ctx: typer.Context) -> None:
-    """Store a short multi-turn agent conversation and print it back.
+    """Store a short multi-turn agent conversation (with a tool call) and print it back."""
+    run(ctx, run_demo(target(ctx)))
 
-    Example: [bold]agents-memory demo[/bold]
-    """
-    asyncio.run(run_demo(ctx.obj["url"]))
+
+app.command(
+    epilog=(
+        "Examples:\n\n"
+        "  agents-memory export -o backup.jsonl\n\n"
+        "  agents-memory export user-42 user-43 > two.jsonl\n\n"
+        "  agents-memory --url postgresql://app@db/agents export | gzip > backup.jsonl.gz"
+    )
+)(_transfer.export)
+app.command(
+    "import",
+    epilog=(
+        "Examples:\n\n"
+        "  agents-memory import backup.jsonl\n\n"
+        "  gunzip -c backup.jsonl.gz | agents-memory --url postgresql://app@db/agents import -\n\n"
+        "  agents-memory import backup.jsonl --if-exists replace"
+    ),
+)(_transfer.import_)
+app.command(
+    epilog=(
+        "Examples:\n\n"
+        "  agents-memory copy --from sqlite:///agents_memory.db "
+        "--to postgresql://app:secret@db/agents\n\n"
+        "  agents-memory copy --to postgresql://app@db/agents --batch 5000"
+    )
+)(_transfer.copy)

@@ -1,4 +1,11 @@
-"""``agents-memory demo``: a realistic conversation through the public API, printed back."""
+"""``agents-memory demo``: a realistic conversation through the public API, printed back.
+
+With ``openai-agents`` installed the conversation really runs through the
+Agents SDK's ``Runner``: a scripted model (``agents.testing.ScriptedModel``,
+no network, no API key) asks for a real function tool, and the Runner stores
+every turn in our session. Without it, the same items are written with
+``add_items``. Either way the history is then read, limited and popped.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +14,28 @@ from typing import Any
 
 import typer
 
-from agents_memory import SessionStore, TResponseInputItem
-from agents_memory._urls import mask_url
+from agents_memory._admin._db import upgrade
+from agents_memory._admin._target import Target, open_store
+from agents_memory._cli._render import describe
+from agents_memory._sqlalchemy._session import SQLAlchemySession
+
+SESSION_ID = "demo"
+QUESTIONS = ["What's the weather in Paris?", "Should I take an umbrella?"]
+WEATHER = {"Paris": "18°C, light rain"}
+ANSWERS = ["It's 18°C with light rain in Paris.", "Yes — rain is expected all day. ☔"]
+
+
+def get_weather(city: str) -> str:
+    """Current weather for a city (the demo's function tool)."""
+    return WEATHER.get(city, "no data for that city")
+
+
+def _message(role: str, text: str) -> dict[str, Any]:
+    return {"role": role, "type": "message", "content": [{"type": "output_text", "text": text}]}
+
 
 CONVERSATION: list[list[dict[str, Any]]] = [
-    [{"role": "user", "content": "What's the weather in Paris?"}],
+    [{"role": "user", "content": QUESTIONS[0]}],
     [
         {
             "type": "function_call",
@@ -19,48 +43,65 @@ CONVERSATION: list[list[dict[str, Any]]] = [
             "name": "get_weather",
             "arguments": json.dumps({"city": "Paris"}),
         },
-        {"type": "function_call_output", "call_id": "call_1", "output": "18°C, light rain"},
-        {
-            "role": "assistant",
-            "type": "message",
-            "content": [{"type": "output_text", "text": "It's 18°C with light rain in Paris."}],
-        },
+        {"type": "function_call_output", "call_id": "call_1", "output": get_weather("Paris")},
+        _message("assistant", ANSWERS[0]),
     ],
-    [{"role": "user", "content": "Should I take an umbrella?"}],
-    [
-        {
-            "role": "assistant",
-            "type": "message",
-            "content": [{"type": "output_text", "text": "Yes — rain is expected all day. ☔"}],
-        }
-    ],
+    [{"role": "user", "content": QUESTIONS[1]}],
+    [_message("assistant", ANSWERS[1])],
 ]
+"""The same conversation as plain items, for when the Agents SDK is not installed."""
 
 
-def describe(item: TResponseInputItem) -> str:
-    """One readable line for an item of any Responses-API type."""
-    data: dict[str, Any] = dict(item)
-    kind = data.get("type", "message")
-    if kind == "function_call":
-        return f"tool call    {data['name']}({data['arguments']})"
-    if kind == "function_call_output":
-        return f"tool result  {data['output']}"
-    content = data.get("content")
-    if isinstance(content, list):
-        content = " ".join(str(part.get("text", "")) for part in content)
-    return f"{data.get('role', kind):<12} {content}"
+async def _through_runner(session: SQLAlchemySession) -> bool:
+    """Run the conversation with the Agents SDK's Runner; False if it is not installed."""
+    try:
+        from agents import Agent, RunConfig, Runner, function_tool  # noqa: PLC0415
+        from agents.testing import (  # noqa: PLC0415
+            ScriptedModel,
+            assistant_message,
+            function_call,
+        )
+    except ImportError:
+        return False
+    model = ScriptedModel(
+        [
+            [function_call("get_weather", {"city": "Paris"}, call_id="call_1")],
+            [assistant_message(ANSWERS[0])],
+            [assistant_message(ANSWERS[1])],
+        ]
+    )
+    agent = Agent(
+        name="weather",
+        instructions="Answer weather questions briefly; use get_weather.",
+        model=model,
+        tools=[function_tool(get_weather)],
+    )
+    config = RunConfig(tracing_disabled=True)  # a demo sends nothing anywhere
+    for question in QUESTIONS:
+        # The SDK types session_settings with its own class; ours is structurally the same.
+        await Runner.run(agent, question, session=session, run_config=config)  # type: ignore[arg-type]
+    return True
 
 
-async def run_demo(url: str) -> None:
-    """Write the conversation turn by turn, then read, limit and pop it back."""
-    typer.echo(f"database: {mask_url(url)}")
-    async with SessionStore.from_url(url, create_tables=True) as store:
-        session = store.session("demo")
+async def run_demo(target: Target) -> None:
+    """Migrate, converse, then read the history back, limited, and popped."""
+    typer.echo(f"store: {target}")
+    migration = await upgrade(target)
+    if migration.before == migration.after:
+        typer.echo(f"schema: already at revision {migration.after}")
+    else:
+        typer.echo(f"schema: migrated from {migration.before or 'nothing'} to {migration.after}")
+    async with open_store(target, must_exist=False) as store:
+        session = store.session(SESSION_ID)
         await session.clear_session()
-        for turn in CONVERSATION:
-            await session.add_items(turn)  # type: ignore[arg-type]
+        if await _through_runner(session):
+            typer.echo("conversation: 2 turns through the Agents SDK Runner (scripted model)")
+        else:
+            for turn in CONVERSATION:
+                await session.add_items(turn)  # type: ignore[arg-type]
+            typer.echo("conversation: 4 add_items calls (install openai-agents to use the Runner)")
         items = await session.get_items()
-        typer.echo(f"\nsession 'demo' holds {len(items)} items:")
+        typer.echo(f"\nsession {SESSION_ID!r} holds {len(items)} items:")
         for n, item in enumerate(items, 1):
             typer.echo(f"  {n}. {describe(item)}")
         typer.echo("\nget_items(limit=2), the latest two, oldest first:")
@@ -70,3 +111,4 @@ async def run_demo(url: str) -> None:
         if popped is not None:
             typer.echo(f"\npop_item() removed the newest: {describe(popped)}")
         typer.echo(f"now {len(await session.get_items())} items remain.")
+        typer.echo(f"\nnext: agents-memory sessions show {SESSION_ID}")

@@ -99,6 +99,10 @@ class Backend:
         """A connection for one single-statement write outside the protocol."""
         return self._write(single_statement=True)
 
+    def transaction(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
+        """One transaction (commit on success, roll back on error) for a multi-statement write."""
+        return self._write(single_statement=False)
+
     async def close(self) -> None:
         """Dispose the engine if this backend created it; later operations raise."""
         if self._closed:

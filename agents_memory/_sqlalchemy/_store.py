@@ -25,6 +25,8 @@ from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._metadata import FilterValue, metadata_filter
 from agents_memory._sqlalchemy._session import SQLAlchemySession
+from agents_memory._sqlalchemy._stats import StoreStats, store_stats
+from agents_memory._sqlalchemy._timestamps import sqlite_text
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 from agents_memory._urls import DEFAULT_URL, mask_url
 
@@ -160,8 +162,7 @@ class SessionStore:
             stamp_param: Any = stamp
             if self._backend.state.dialect == "sqlite":
                 # SQLite keeps CURRENT_TIMESTAMP text; compare in the same format, not SQLAlchemy's.
-                fmt = "%Y-%m-%d %H:%M:%S" if not stamp.microsecond else "%Y-%m-%d %H:%M:%S.%f"
-                stamp_param = bindparam("after_stamp", stamp.strftime(fmt), type_=String())
+                stamp_param = bindparam("after_stamp", sqlite_text(stamp), type_=String())
             query = query.where(tuple_(s.updated_at, s.session_id) < tuple_(stamp_param, after_id))
         async with self._backend.reading() as conn:
             rows = (await conn.execute(query)).all()
@@ -180,6 +181,10 @@ class SessionStore:
     async def delete_session(self, session_id: str) -> bool:
         """Delete a session and all its items; ``True`` if it existed."""
         return await self._backend.clear(validate_session_id(session_id))
+
+    async def stats(self, *, largest: int = 5) -> StoreStats:
+        """Totals for the store: sessions, items, time span and the ``largest`` biggest sessions."""
+        return await store_stats(self._backend, largest=largest)
 
     async def close(self) -> None:
         """Dispose the engine if the store created it (``from_url``); sessions then raise."""

@@ -1,0 +1,281 @@
+"""Moving sessions into a store, batch by batch, so that a re-run finishes what was interrupted.
+
+Both ``copy`` (from another store) and ``import`` (from a file) feed this
+writer a stream of sessions, each a row plus its items oldest first. Items are
+written in batches, one transaction each, so after an interruption every
+target session holds a *prefix* of its source items. That makes resuming
+simple and safe: for a session the target already has, with ``resume`` (the
+default) the writer checks that the target's newest item (content and time) is
+the source's item at that position, skips that many source items, and appends
+the rest. A target session that is not a prefix of the source is a conflict,
+reported before anything of it is written; ``skip``, ``replace`` and
+``append`` are the explicit alternatives.
+
+Memory stays bounded by one batch of items plus one page of session rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Literal, Protocol, TypeAlias
+
+from agents_memory._admin._errors import ConflictError, NotFoundError
+from agents_memory._sqlalchemy._bulk import (
+    MAX_IDS_PER_QUERY,
+    Bulk,
+    ItemRecord,
+    SessionRecord,
+    SessionState,
+    SessionWrite,
+)
+from agents_memory._sqlalchemy._timestamps import naive_utc
+
+IfExists: TypeAlias = Literal["resume", "skip", "replace", "append"]
+"""What to do with a session the target already has (see the module docstring)."""
+IF_EXISTS: tuple[IfExists, ...] = ("resume", "skip", "replace", "append")
+
+PAGE_SIZE = 500
+"""Session rows read (and looked up in the target) per query."""
+
+
+class Progress(Protocol):
+    """Where an operation reports how far it is (the CLI draws a bar; tests may count)."""
+
+    def start(self, total: int | None) -> None:
+        """The number of items the operation expects to handle (``None``: unknown)."""
+
+    def advance(self, items: int) -> None:
+        """``items`` more items were handled (written, or found already present)."""
+
+
+class NoProgress:
+    """Progress reporting that reports nothing."""
+
+    def start(self, total: int | None) -> None:
+        """Ignore the total."""
+
+    def advance(self, items: int) -> None:
+        """Ignore the step."""
+
+
+@dataclasses.dataclass(slots=True)
+class SourceSession:
+    """One session to move: its row, what is known of its items, and how to stream them."""
+
+    record: SessionRecord
+    item_count: int | None
+    """How many rows the source holds (``None`` when unknown before reading, as in a file)."""
+    last_item: ItemRecord | None
+    items: Callable[[], AsyncIterator[ItemRecord]]
+
+
+@dataclasses.dataclass(slots=True)
+class TransferResult:
+    """What a copy or import did."""
+
+    sessions: int = 0
+    """Sessions in the source."""
+    sessions_written: int = 0
+    """Sessions whose row or items were written."""
+    sessions_unchanged: int = 0
+    """Sessions the target already held completely (or kept, with ``skip``)."""
+    items_written: int = 0
+    items_present: int = 0
+    """Items not written because the target already held them (or kept its own, ``skip``)."""
+
+
+def _same(a: ItemRecord | None, b: ItemRecord | None) -> bool:
+    if a is None or b is None:
+        return False
+    return a.item == b.item and naive_utc(a.created_at) == naive_utc(b.created_at)
+
+
+def _conflict(sid: str, detail: str) -> ConflictError:
+    msg = (
+        f"session {sid!r} already exists in the target and {detail}, so it is not an earlier "
+        "partial copy of the source; re-run with --if-exists replace to overwrite it, skip to "
+        "keep it, or append to add the source's items after its own"
+    )
+    return ConflictError(msg)
+
+
+class Writer:
+    """Batches session rows and items into one-transaction writes on the target."""
+
+    def __init__(
+        self, dest: Bulk, *, batch_size: int, if_exists: IfExists, progress: Progress
+    ) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            msg = f"batch size must be a positive int, got {batch_size!r}"
+            raise ValueError(msg)
+        if if_exists not in IF_EXISTS:
+            msg = f"if_exists must be one of {', '.join(IF_EXISTS)}, got {if_exists!r}"
+            raise ValueError(msg)
+        self._dest = dest
+        self._batch_size = batch_size
+        self._if_exists: IfExists = if_exists
+        self._progress = progress
+        self._pending: list[SessionWrite] = []
+        self._pending_items = 0
+        self._current: SessionWrite | None = None
+        self.result = TransferResult()
+
+    async def flush(self) -> None:
+        """Write the pending batch (one transaction) and report its items."""
+        if not self._pending:
+            return
+        await self._dest.write(self._pending)
+        self.result.items_written += self._pending_items
+        self._progress.advance(self._pending_items)
+        self._pending, self._pending_items, self._current = [], 0, None
+
+    async def _row(self, record: SessionRecord, *, replace: bool) -> SessionWrite:
+        """The session's write in the pending batch (a new one after each flush)."""
+        if self._current is None or self._current.record.session_id != record.session_id:
+            if len(self._pending) >= MAX_IDS_PER_QUERY:
+                await self.flush()
+            self._current = SessionWrite(record, replace=replace)
+            self._pending.append(self._current)
+        return self._current
+
+    async def _item(self, record: SessionRecord, item: ItemRecord, *, replace: bool) -> None:
+        (await self._row(record, replace=replace)).items.append(item)
+        self._pending_items += 1
+        if self._pending_items >= self._batch_size:
+            await self.flush()
+
+    def _present(self, n: int) -> None:
+        self.result.items_present += n
+        self._progress.advance(n)
+
+    async def session(self, src: SourceSession, existing: SessionState | None) -> None:
+        """Bring one session of the target up to its source, as ``if_exists`` says."""
+        self.result.sessions += 1
+        mode = self._if_exists
+        if existing is None or mode == "append":
+            await self._stream(src, existing, skip=0, replace=False)
+        elif mode == "skip":
+            await self._keep(src)
+        elif mode == "replace":
+            await self._stream(src, existing, skip=0, replace=True)
+        elif not await self._already_complete(src, existing):
+            await self._stream(src, existing, skip=existing.item_count, replace=False)
+
+    async def _keep(self, src: SourceSession) -> None:
+        """``skip``: leave the target's session as it is."""
+        n = src.item_count
+        if n is None:  # a file: read past this session's items
+            n = 0
+            async for _ in src.items():
+                n += 1
+        self._present(n)
+        self.result.sessions_unchanged += 1
+
+    async def _already_complete(self, src: SourceSession, existing: SessionState) -> bool:
+        """``resume`` fast path: same count and same newest item, so no item needs reading."""
+        n = src.item_count
+        if n is None or n != existing.item_count:
+            return False
+        if n and not _same(src.last_item, existing.last_item):
+            return False
+        self._present(n)
+        if src.record == existing.record:
+            self.result.sessions_unchanged += 1
+        else:  # same items, another row (metadata or times): refresh the row only
+            await self._row(src.record, replace=False)
+            self.result.sessions_written += 1
+        return True
+
+    async def _stream(
+        self, src: SourceSession, existing: SessionState | None, *, skip: int, replace: bool
+    ) -> None:
+        """Read the source's items, check the first ``skip`` end where the target's do, append."""
+        sid = src.record.session_id
+        seen = written = 0
+        async for item in src.items():
+            seen += 1
+            if seen <= skip:
+                if seen == skip and existing is not None and not _same(item, existing.last_item):
+                    raise _conflict(sid, f"its item {skip} differs from the source's")
+                self._present(1)
+                continue
+            await self._item(src.record, item, replace=replace and written == 0)
+            written += 1
+        if seen < skip:
+            raise _conflict(sid, f"holds {skip} items where the source has only {seen}")
+        if written == 0:
+            if existing is not None and not replace and src.record == existing.record:
+                self.result.sessions_unchanged += 1
+                return
+            await self._row(src.record, replace=replace)
+        self.result.sessions_written += 1
+
+
+async def transfer(
+    pages: AsyncIterator[Sequence[SourceSession]],
+    dest: Bulk,
+    *,
+    batch_size: int,
+    if_exists: IfExists = "resume",
+    progress: Progress | None = None,
+) -> TransferResult:
+    """Write every source session into ``dest``; see the module docstring for the rules."""
+    writer = Writer(
+        dest, batch_size=batch_size, if_exists=if_exists, progress=progress or NoProgress()
+    )
+    try:
+        async for page in pages:
+            existing = await dest.states_of([src.record.session_id for src in page])
+            for src in page:
+                await writer.session(src, existing.get(src.record.session_id))
+    except ConflictError:
+        await writer.flush()  # keep what was done before the conflicting session
+        raise
+    await writer.flush()
+    return writer.result
+
+
+def _source(bulk: Bulk, state: SessionState, batch_size: int) -> SourceSession:
+    sid = state.record.session_id
+    return SourceSession(
+        state.record,
+        state.item_count,
+        state.last_item,
+        lambda: bulk.rows(sid, batch_size=batch_size),
+    )
+
+
+async def store_pages(
+    bulk: Bulk,
+    *,
+    batch_size: int,
+    session_ids: Sequence[str] | None = None,
+    where: str = "the source",
+) -> AsyncIterator[list[SourceSession]]:
+    """A store's sessions as pages for :func:`transfer` or export: all, or ``session_ids``.
+
+    All sessions are walked in session-id order (a stable keyset, so sessions
+    created meanwhile are picked up by the next run rather than shifting pages).
+    Named sessions are looked up first, and a missing one is an error before
+    anything is read.
+    """
+    if session_ids:
+        wanted = list(dict.fromkeys(session_ids))
+        states = await bulk.states_of(wanted)
+        missing = [sid for sid in wanted if sid not in states]
+        if missing:
+            names = ", ".join(repr(s) for s in missing)
+            msg = f"no session {names} in {where}; see `agents-memory sessions list`"
+            raise NotFoundError(msg)
+        for start in range(0, len(wanted), PAGE_SIZE):
+            chunk = wanted[start : start + PAGE_SIZE]
+            yield [_source(bulk, states[sid], batch_size) for sid in chunk]
+        return
+    after: str | None = None
+    while True:
+        page = await bulk.states_after(after, PAGE_SIZE)
+        if not page:
+            return
+        yield [_source(bulk, state, batch_size) for state in page]
+        after = page[-1].record.session_id

@@ -1,0 +1,204 @@
+"""``export``, ``import`` and ``copy``: moving sessions out, in and across (work in _admin)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import io
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from agents_memory._admin._copy import copy as copy_store
+from agents_memory._admin._export import ExportResult, export_file, import_file
+from agents_memory._admin._export import export as export_stream
+from agents_memory._admin._transfer import IF_EXISTS, IfExists, TransferResult
+from agents_memory._cli._options import (
+    JsonOption,
+    MessagesTableOption,
+    SessionsTableOption,
+    UrlOption,
+    target,
+    target_for_url,
+    wants_json,
+)
+from agents_memory._cli._output import err, plural, print_json, progress, show_progress
+from agents_memory._cli._run import run
+
+BatchOption = Annotated[
+    int,
+    typer.Option("--batch", min=1, max=10_000, help="Items per read and per write transaction."),
+]
+
+
+class IfExistsChoice(enum.Enum):
+    """The ``--if-exists`` choices (the values of :data:`IfExists`)."""
+
+    resume = "resume"
+    skip = "skip"
+    replace = "replace"
+    append = "append"
+
+
+assert tuple(c.value for c in IfExistsChoice) == IF_EXISTS  # noqa: S101 - one list
+
+IfExistsOption = Annotated[
+    IfExistsChoice,
+    typer.Option(
+        "--if-exists",
+        help=(
+            "For a session the target already has. resume: continue it if it holds the start "
+            "of the source's items, else stop with an error (a re-run finishes an interrupted "
+            "job); skip: keep it; replace: delete its items first; append: add all items "
+            "after its own."
+        ),
+    ),
+]
+
+
+def _summary(verb: str, result: TransferResult, where: str) -> str:
+    text = (
+        f"{verb} {plural(result.sessions_written, 'session')} "
+        f"({plural(result.items_written, 'item')}) {where}"
+    )
+    if result.sessions_unchanged or result.items_present:
+        text += (
+            f"; {plural(result.sessions_unchanged, 'session')} and "
+            f"{plural(result.items_present, 'item')} were already there"
+        )
+    return text
+
+
+def _exported(done: ExportResult) -> str:
+    return f"exported {plural(done.sessions, 'session')} ({plural(done.items, 'item')})"
+
+
+def export(
+    ctx: typer.Context,
+    session_ids: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Sessions to export (default: all).", metavar="[SESSION_ID]...", show_default=False
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="File to write (default: standard output).", dir_okay=False
+        ),
+    ] = None,
+    batch: BatchOption = 1000,
+    url: UrlOption = None,
+    sessions_table: SessionsTableOption = None,
+    messages_table: MessagesTableOption = None,
+    json_: JsonOption = False,
+) -> None:
+    """Write sessions as JSON Lines: a header line per session, then its items with their times.
+
+    A header is {"session", "created_at", "updated_at", "metadata"}, an item
+    {"item", "created_at"}; `agents-memory import` reads it back exactly.
+    """
+    where = target(ctx, url, sessions_table, messages_table)
+    ids = list(session_ids or [])
+    as_json = wants_json(ctx, json_)
+    if output is None:
+        stream = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
+        try:
+            with progress("export", enabled=show_progress(data_on_stdout=True)) as bar:
+                work = export_stream(where, stream, session_ids=ids, batch_size=batch, progress=bar)
+                done = run(ctx, work)
+        finally:
+            stream.flush()
+            stream.detach()
+        if show_progress(data_on_stdout=True):
+            err().print(_exported(done), markup=False)
+        return
+    with progress("export", enabled=show_progress(json_output=as_json)) as bar:
+        done = run(
+            ctx,
+            export_file(where, output, session_ids=ids, batch_size=batch, progress=bar),
+        )
+    if as_json:
+        print_json({**dataclasses.asdict(done), "file": str(output)})
+    else:
+        typer.echo(f"{_exported(done)} from {where} to {output}")
+
+
+def import_(
+    ctx: typer.Context,
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="An export file, or - for standard input.", dir_okay=False, show_default=False
+        ),
+    ],
+    if_exists: IfExistsOption = IfExistsChoice.resume,
+    batch: BatchOption = 1000,
+    url: UrlOption = None,
+    sessions_table: SessionsTableOption = None,
+    messages_table: MessagesTableOption = None,
+    json_: JsonOption = False,
+) -> None:
+    """Read an export into the store (migrated first), keeping its times and order.
+
+    The whole file is checked before anything is written. Each batch is one
+    transaction; if the import stops half-way, run it again: sessions already
+    there are recognised and finished, not duplicated.
+    """
+    where = target(ctx, url, sessions_table, messages_table)
+    source = None if str(file) == "-" else file
+    as_json = wants_json(ctx, json_)
+    mode: IfExists = if_exists.value
+    with progress("import", enabled=show_progress(json_output=as_json)) as bar:
+        result = run(
+            ctx,
+            import_file(where, source, batch_size=batch, if_exists=mode, progress=bar),
+        )
+    if as_json:
+        print_json(dataclasses.asdict(result))
+    else:
+        typer.echo(_summary("imported", result, f"into {where}"))
+
+
+def copy(
+    ctx: typer.Context,
+    to: Annotated[
+        str,
+        typer.Option("--to", help="URL of the store to copy into.", show_default=False),
+    ],
+    from_: Annotated[
+        str | None,
+        typer.Option(
+            "--from", help="URL to copy from (default: the --url in force).", show_default=False
+        ),
+    ] = None,
+    if_exists: IfExistsOption = IfExistsChoice.resume,
+    batch: BatchOption = 1000,
+    url: UrlOption = None,
+    sessions_table: SessionsTableOption = None,
+    messages_table: MessagesTableOption = None,
+    json_: JsonOption = False,
+) -> None:
+    """Copy every session and item into another store, keeping times and order; resumable.
+
+    The target is migrated first. Items stream across in batches, one
+    transaction each, so memory stays bounded. If the copy stops (Ctrl-C, a
+    lost connection, a crash), run the same command again: it checks what
+    the target already holds and finishes the job without duplicates.
+    """
+    source = target(ctx, from_ or url, sessions_table, messages_table)
+    dest = target_for_url(to, source.names, option="--to")
+    as_json = wants_json(ctx, json_)
+    mode: IfExists = if_exists.value
+    with progress("copy", enabled=show_progress(json_output=as_json)) as bar:
+        result = run(
+            ctx,
+            copy_store(source, dest, batch_size=batch, if_exists=mode, progress=bar),
+            urls=[source.url, dest.url],
+        )
+    if as_json:
+        print_json(dataclasses.asdict(result))
+    else:
+        typer.echo(_summary("copied", result, f"from {source} to {dest}"))

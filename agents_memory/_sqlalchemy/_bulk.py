@@ -1,0 +1,290 @@
+"""Bulk reads and writes that carry their own timestamps: the path behind copy, export and import.
+
+``add_items`` stamps rows with the database's clock, which is right for a live
+conversation. Moving a store elsewhere must keep every session's and item's
+original times and order instead, so this path reads rows together with their
+times and writes them back explicitly. Every record is validated (the same id,
+JSON and metadata rules as the protocol) before the first statement runs, and
+each batch is one transaction: an interrupted copy leaves whole batches only.
+
+The SQL is portable Core (select, then update or insert), so it needs no
+dialect-specific upsert; a copy is expected to be the only writer of the
+sessions it moves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import functools
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from sqlalchemy import (
+    Delete,
+    Insert,
+    Select,
+    String,
+    Table,
+    Update,
+    bindparam,
+    delete,
+    func,
+    insert,
+    null,
+    select,
+    update,
+)
+from sqlalchemy.types import TypeEngine
+
+from agents_memory._codec import OnCorrupt, decode_row, encode_item
+from agents_memory._ids import validate_session_id
+from agents_memory._sqlalchemy._backend import Backend
+from agents_memory._sqlalchemy._metadata import validate_metadata
+from agents_memory._sqlalchemy._store import SessionStore
+from agents_memory._sqlalchemy._timestamps import naive_utc, sqlite_text
+from agents_memory._tables import TableNames
+from agents_memory.models import get_models
+
+MAX_IDS_PER_QUERY = 1000
+"""Most session ids one ``IN (...)`` carries; far below every backend's parameter limit."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """A session's own row: what a copy carries besides the items."""
+
+    session_id: str
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    metadata: dict[str, Any] | None = None
+
+    def validated(self) -> SessionRecord:
+        """The same record with every field checked; a typed error names the session."""
+        try:
+            session_id = validate_session_id(self.session_id)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"session {self.session_id!r}: {exc}") from None
+        try:
+            return SessionRecord(
+                session_id,
+                naive_utc(self.created_at, what="created_at"),
+                naive_utc(self.updated_at, what="updated_at"),
+                None if self.metadata is None else validate_metadata(self.metadata),
+            )
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"session {session_id!r}: {exc}") from None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ItemRecord:
+    """One stored item and the time it was written."""
+
+    item: dict[str, Any]
+    created_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionState:
+    """A stored session as a copy sees it: its row, its item count and its newest item."""
+
+    record: SessionRecord
+    item_count: int
+    last_item: ItemRecord | None
+    """The newest row decoded (``None`` when empty, or when that row is not valid JSON)."""
+
+
+@dataclasses.dataclass(slots=True)
+class SessionWrite:
+    """One session's part of a batch: its row (always written) and items appended after."""
+
+    record: SessionRecord
+    items: list[ItemRecord] = dataclasses.field(default_factory=list)
+    replace: bool = False
+    """Delete the session's existing items first (in the same transaction)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Statements:
+    states: Select[Any]
+    last_rows: Select[Any]
+    rows_after: Select[Any]
+    existing: Select[Any]
+    insert_session: Insert
+    update_session: Update
+    insert_message: Insert
+    delete_messages: Delete
+
+
+@functools.cache
+def _statements(names: TableNames, dialect: str) -> _Statements:
+    models = get_models(names)
+    s: Table = models.Session.__table__
+    m: Table = models.Message.__table__
+    # SQLite keeps times as text: bind our own text (see _timestamps), not SQLAlchemy's format.
+    stamp: TypeEngine[Any] = String() if dialect == "sqlite" else s.c.created_at.type
+    ids: Any = bindparam("ids", expanding=True)
+    count = select(func.count()).where(m.c.session_id == s.c.session_id).scalar_subquery()
+    last_id = select(func.max(m.c.id)).where(m.c.session_id == s.c.session_id).scalar_subquery()
+    row = {
+        "created_at": bindparam("b_created", type_=stamp),
+        "updated_at": bindparam("b_updated", type_=stamp),
+        "metadata": bindparam("b_meta", type_=s.c["metadata"].type),
+    }
+    return _Statements(
+        states=select(
+            s.c.session_id, s.c.created_at, s.c.updated_at, s.c["metadata"], count, last_id
+        ),
+        last_rows=select(m.c.id, m.c.message_data, m.c.created_at).where(m.c.id.in_(ids)),
+        rows_after=select(m.c.id, m.c.message_data, m.c.created_at)
+        .where(m.c.session_id == bindparam("sid"), m.c.id > bindparam("after"))
+        .order_by(m.c.id)
+        .limit(bindparam("n")),
+        existing=select(s.c.session_id).where(s.c.session_id.in_(ids)),
+        insert_session=insert(s).values(session_id=bindparam("b_sid"), **row),
+        update_session=update(s).where(s.c.session_id == bindparam("b_sid")).values(**row),
+        insert_message=insert(m).values(
+            session_id=bindparam("b_sid"),
+            message_data=bindparam("b_data"),
+            created_at=bindparam("b_created", type_=stamp),
+        ),
+        delete_messages=delete(m).where(m.c.session_id.in_(ids)),
+    )
+
+
+class Bulk:
+    """Timestamp-preserving reads and batched writes for one store's backend."""
+
+    def __init__(self, backend: Backend, *, on_corrupt: OnCorrupt = "skip") -> None:
+        self._backend = backend
+        self._on_corrupt: OnCorrupt = on_corrupt
+        self._st = _statements(backend.names, backend.state.dialect)
+        self._sqlite = backend.state.dialect == "sqlite"
+
+    def _stamp(self, value: dt.datetime) -> object:
+        return sqlite_text(value) if self._sqlite else value
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def states_after(self, after: str | None, limit: int) -> list[SessionState]:
+        """Up to ``limit`` sessions in session-id order after ``after``: a stable keyset walk."""
+        s = self._backend.st.sessions.c
+        query = self._st.states.order_by(s.session_id).limit(limit)
+        if after is not None:
+            query = query.where(s.session_id > after)
+        return await self._states(query)
+
+    async def states_of(self, session_ids: Sequence[str]) -> dict[str, SessionState]:
+        """The state of each of ``session_ids`` that exists (absent ids are left out)."""
+        out: dict[str, SessionState] = {}
+        s = self._backend.st.sessions.c
+        for start in range(0, len(session_ids), MAX_IDS_PER_QUERY):
+            chunk = list(session_ids[start : start + MAX_IDS_PER_QUERY])
+            query = self._st.states.where(s.session_id.in_(chunk))
+            out.update((st.record.session_id, st) for st in await self._states(query))
+        return out
+
+    async def _states(self, query: Select[Any]) -> list[SessionState]:
+        async with self._backend.reading() as conn:
+            heads = (await conn.execute(query)).all()
+            last_ids = [int(h[5]) for h in heads if h[5] is not None]
+            lasts = {}
+            if last_ids:
+                rows = (await conn.execute(self._st.last_rows, {"ids": last_ids})).all()
+                lasts = {int(r[0]): r for r in rows}
+        states = []
+        for sid, created, updated, meta, count, last_id in heads:
+            last = None
+            row = lasts.get(int(last_id)) if last_id is not None else None
+            if row is not None:
+                item = decode_row(row[1], row_id=row[0], on_corrupt=self._on_corrupt)
+                last = None if item is None else ItemRecord(item, row[2])
+            record = SessionRecord(sid, created, updated, meta if isinstance(meta, dict) else None)
+            states.append(SessionState(record, int(count), last))
+        return states
+
+    async def rows(self, session_id: str, *, batch_size: int) -> AsyncIterator[ItemRecord]:
+        """Every item of a session with its time, oldest first, ``batch_size`` rows per read."""
+        if batch_size < 1:
+            msg = f"batch_size must be >= 1, got {batch_size}"
+            raise ValueError(msg)
+        after = -1
+        while True:
+            params = {"sid": session_id, "after": after, "n": batch_size}
+            async with self._backend.reading() as conn:
+                rows = (await conn.execute(self._st.rows_after, params)).all()
+            for row_id, data, created in rows:
+                item = decode_row(data, row_id=row_id, on_corrupt=self._on_corrupt)
+                if item is not None:
+                    yield ItemRecord(item, created)
+            if len(rows) < batch_size:
+                return
+            after = int(rows[-1][0])
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def _params(
+        self, writes: Sequence[SessionWrite]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+        """Validate and encode a whole batch before any statement runs."""
+        sessions: list[dict[str, Any]] = []
+        messages: list[dict[str, Any]] = []
+        replaced: list[str] = []
+        seen: set[str] = set()
+        for write in writes:
+            record = write.record.validated()
+            sid = record.session_id
+            if sid in seen:
+                msg = f"session {sid!r} appears twice in one batch; give it one SessionWrite"
+                raise ValueError(msg)
+            seen.add(sid)
+            sessions.append(
+                {
+                    "b_sid": sid,
+                    "b_created": self._stamp(record.created_at),
+                    "b_updated": self._stamp(record.updated_at),
+                    "b_meta": null() if record.metadata is None else record.metadata,
+                }
+            )
+            if write.replace:
+                replaced.append(sid)
+            for index, entry in enumerate(write.items):
+                try:
+                    data = encode_item(entry.item, index=index)
+                    created = naive_utc(entry.created_at, what=f"item {index} created_at")
+                except (TypeError, ValueError) as exc:
+                    raise type(exc)(f"session {sid!r}: {exc}") from None
+                messages.append({"b_sid": sid, "b_data": data, "b_created": self._stamp(created)})
+        return sessions, messages, replaced
+
+    async def write(self, writes: Sequence[SessionWrite]) -> None:
+        """Write a batch in one transaction: session rows as given, then items in order.
+
+        An existing session's row takes the given times and metadata; its items
+        are kept (and the new ones appended after them) unless ``replace`` is set.
+        """
+        if not writes:
+            return
+        if len(writes) > MAX_IDS_PER_QUERY:
+            msg = f"at most {MAX_IDS_PER_QUERY} sessions per batch, got {len(writes)}"
+            raise ValueError(msg)
+        sessions, messages, replaced = self._params(writes)
+        st = self._st
+        async with self._backend.transaction() as conn:
+            if replaced:
+                await conn.execute(st.delete_messages, {"ids": replaced})
+            ids = [p["b_sid"] for p in sessions]
+            existing = set((await conn.execute(st.existing, {"ids": ids})).scalars())
+            updates = [p for p in sessions if p["b_sid"] in existing]
+            inserts = [p for p in sessions if p["b_sid"] not in existing]
+            if updates:
+                await conn.execute(st.update_session, updates)
+            if inserts:
+                await conn.execute(st.insert_session, inserts)
+            if messages:
+                await conn.execute(st.insert_message, messages)
+
+
+def bulk_for(store: SessionStore, *, on_corrupt: OnCorrupt = "skip") -> Bulk:
+    """The bulk path over a store's own backend (its engine, names and write lock)."""
+    return Bulk(store._backend, on_corrupt=on_corrupt)  # noqa: SLF001 - same package

@@ -1,0 +1,125 @@
+"""``agents-memory copy``: SQLite to Postgres (or another file), exact, resumable after a kill."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.exc import DBAPIError
+
+from agents_memory import SessionStore, create_engine
+from agents_memory._sqlalchemy._bulk import ItemRecord, SessionRecord, bulk_for
+from agents_memory.models import get_models
+
+BIN = Path(sys.executable).parent / "agents-memory"
+SESSIONS, ITEMS = 200, 50  # the size of the sqlite_source fixture (checked below)
+
+
+async def snapshot(url: str, names) -> list[tuple[SessionRecord, list[ItemRecord]]]:
+    """Every session row and every item with its time, in order."""
+    kw = {"sessions_table": names.sessions, "messages_table": names.messages}
+    async with SessionStore.from_url(url, **kw) as store:
+        bulk = bulk_for(store)
+        out = []
+        after = None
+        while page := await bulk.states_after(after, 100):
+            for state in page:
+                sid = state.record.session_id
+                out.append((state.record, [r async for r in bulk.rows(sid, batch_size=500)]))
+            after = page[-1].record.session_id
+        return out
+
+
+async def count_items(engine, names) -> int:
+    messages = get_models(names).Message.__table__
+    try:
+        async with engine.connect() as conn:
+            return int((await conn.execute(select(func.count()).select_from(messages))).scalar())
+    except DBAPIError:  # the copy has not created the tables yet
+        return 0
+
+
+async def test_copy_sqlite_to_target_is_exact(cli, sqlite_source: str) -> None:
+    """200 sessions x 50 items arrive with the same rows, items, order and times; re-run: no-op."""
+    source = sqlite_source
+    result = await cli.json("copy", "--from", source, "--to", cli.url, "--batch", "1000")
+    assert result == {
+        "sessions": SESSIONS,
+        "sessions_written": SESSIONS,
+        "sessions_unchanged": 0,
+        "items_written": SESSIONS * ITEMS,
+        "items_present": 0,
+    }
+    expected = await snapshot(source, cli.names)
+    assert len(expected) == SESSIONS
+    assert sum(len(items) for _, items in expected) == SESSIONS * ITEMS
+    assert await snapshot(cli.url, cli.names) == expected
+    again = await cli.json("copy", "--from", source, "--to", cli.url)
+    assert (again["items_written"], again["sessions_unchanged"]) == (0, SESSIONS)
+    text = await cli("copy", "--from", source, "--to", cli.url)
+    assert text.stdout.startswith("copied 0 sessions (0 items) from ")
+    assert f"; {SESSIONS} sessions and {SESSIONS * ITEMS} items were already there" in text.stdout
+
+
+async def test_killed_copy_resumes_without_duplicates(cli, sqlite_source: str) -> None:
+    """A copy killed (SIGKILL) mid-way is finished by running it again, with nothing duplicated."""
+    source = sqlite_source
+    args = ["--sessions-table", cli.names.sessions, "--messages-table", cli.names.messages]
+    proc = await asyncio.create_subprocess_exec(
+        BIN,
+        *args,
+        *["copy", "--from", source, "--to", cli.url, "--batch", "20"],
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    engine = create_engine(cli.url)
+    try:
+        # Poll the target from outside, as an operator would, and kill at about a fifth.
+        while proc.returncode is None and await count_items(engine, cli.names) < SESSIONS * 10:  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(proc.wait(), timeout=60)
+        assert proc.returncode == -signal.SIGKILL, "the copy finished before it could be killed"
+        copied = await count_items(engine, cli.names)
+    finally:
+        await engine.dispose()
+    assert 0 < copied < SESSIONS * ITEMS
+
+    result = await cli.json("copy", "--from", source, "--to", cli.url, "--batch", "20")
+    assert result["items_present"] == copied
+    assert result["items_written"] == SESSIONS * ITEMS - copied
+    assert await snapshot(cli.url, cli.names) == await snapshot(source, cli.names)
+
+
+async def test_copy_refuses_the_same_store(cli, store) -> None:
+    """Copying a store onto itself is an error, not a no-op that looks like success."""
+    result = await cli("copy", "--to", cli.url, code=1)
+    assert "the same store" in result.stderr
+
+
+async def test_copy_stops_on_a_diverged_session(cli, store, sqlite_source: str) -> None:
+    """A target session with other items is a conflict (exit 1) that names the way out."""
+    source = sqlite_source
+    await store.session("session-005").add_items([{"role": "user", "content": "mine"}])
+    result = await cli("copy", "--from", source, "--to", cli.url, code=1)
+    assert "session 'session-005' already exists in the target" in result.stderr
+    assert "--if-exists" in result.stderr
+    assert await store.session("session-005").get_items() == [{"role": "user", "content": "mine"}]
+    replaced = await cli.json("copy", "--from", source, "--to", cli.url, "--if-exists", "replace")
+    assert replaced["items_written"] == SESSIONS * ITEMS
+    assert await snapshot(cli.url, cli.names) == await snapshot(source, cli.names)
+
+
+@pytest.mark.parametrize("password", ["hunter2", "p@ss:w/rd"])
+async def test_copy_masks_passwords(cli, store, password: str) -> None:
+    """A failing copy to a server with a password never prints the password."""
+    from urllib.parse import quote_plus  # noqa: PLC0415
+
+    url = f"postgresql://app:{quote_plus(password)}@127.0.0.1:9/x"
+    result = await cli("copy", "--to", url, code=1)
+    assert password not in result.output
+    assert quote_plus(password) not in result.output

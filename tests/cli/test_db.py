@@ -1,0 +1,64 @@
+"""``agents-memory db …``: the migrations front end, on each database."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from agents_memory import migrations
+
+HEAD = migrations.head()
+
+
+async def test_upgrade_current_check_history(cli) -> None:
+    """Upgrade creates the schema once; current, check and history report it, as text and JSON."""
+    first = await cli("db", "upgrade")
+    assert f"from none to {HEAD} (head)" in first.stdout
+    again = await cli("db", "upgrade")
+    assert "already at" in again.stdout
+    assert await cli.json("db", "current") == {"revision": HEAD, "head": HEAD, "at_head": True}
+    assert (await cli("db", "current")).stdout.strip() == f"{HEAD} (head)"
+    assert "matches the models" in (await cli("db", "check")).stdout
+    assert await cli.json("db", "check") == {"ok": True, "differences": []}
+    history = await cli.json("db", "history")
+    assert [r["revision"] for r in history] == [r.revision for r in migrations.history()]
+    assert [r["head"] for r in history][-1] is True
+
+
+async def test_downgrade_asks_then_check_reports_drift(cli) -> None:
+    """Downgrade asks first; an old schema makes check exit 1 and list what differs."""
+    await cli("db", "upgrade")
+    refused = await cli("db", "downgrade", "0001", input="n\n", code=1)
+    assert "Aborted" in refused.output
+    assert (await cli.json("db", "current"))["revision"] == HEAD
+    done = await cli("db", "downgrade", "0001", input="y\n")
+    assert f"from {HEAD} (head) to 0001" in done.stdout
+    drift = await cli("db", "check", code=1)
+    assert "differs" in drift.stdout
+    assert f"not at head {HEAD}" in drift.stdout
+    report = await cli("db", "check", "--json", code=1)
+    assert '"ok": false' in report.stdout
+    await cli("db", "upgrade")
+    await cli("db", "downgrade", "base", "--yes")
+    assert (await cli.json("db", "current"))["revision"] is None
+
+
+async def test_unknown_revision_points_at_history(cli) -> None:
+    """A revision that does not exist is exit 1 with the known ones and the history command."""
+    result = await cli("db", "upgrade", "9999", code=1)
+    assert "cannot migrate to revision '9999'" in result.stderr
+    assert "agents-memory db history" in result.stderr
+
+
+async def test_schema_not_ready_names_a_command_that_works(cli, file_backend) -> None:
+    """On an unmigrated database, the error's command, run as printed, fixes it."""
+    if file_backend.kind == "sqlite":
+        await cli("db", "upgrade")  # create the file, then remove the tables again
+        await cli("db", "downgrade", "base", "--yes")
+    result = await cli("sessions", "list", code=1)
+    command = re.search(r"run `(agents-memory db upgrade [^`]*)`", result.stderr)
+    assert command is not None, result.stderr
+    args = shlex.split(command.group(1))[1:]
+    assert "--sessions-table" in args
+    await cli.raw(*args)
+    assert (await cli.json("sessions", "list"))["sessions"] == []

@@ -1,0 +1,51 @@
+"""The progress bar: drawn for a person at a terminal, absent when output is piped."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pty
+import sys
+from pathlib import Path
+
+BIN = Path(sys.executable).parent / "agents-memory"
+
+
+def read_all(fd: int) -> str:
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+async def test_copy_draws_a_bar_on_a_terminal_only(cli, sqlite_source: str) -> None:
+    """On a terminal, copy shows counts and a rate; piped, it prints only its summary line."""
+    source = sqlite_source
+    args = [*cli.store_args, "copy", "--from", source, "--to", cli.url, "--batch", "500"]
+    env = {**os.environ, "COLUMNS": "160", "TERM": "xterm"}
+    leader, follower = pty.openpty()
+    on_terminal = await asyncio.create_subprocess_exec(
+        BIN, *args, stdin=follower, stdout=follower, stderr=follower, env=env
+    )
+    os.close(follower)
+    screen = await asyncio.to_thread(read_all, leader)
+    os.close(leader)
+    assert await on_terminal.wait() == 0, screen
+    assert "copy" in screen
+    assert "10000/10000" in screen
+    assert "items/s" in screen
+
+    piped = await asyncio.create_subprocess_exec(
+        BIN, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
+    )
+    stdout, stderr = await piped.communicate()
+    assert piped.returncode == 0, stderr
+    assert stderr == b""
+    assert stdout.count(b"\n") == 1
+    assert b"items/s" not in stdout
