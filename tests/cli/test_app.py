@@ -68,7 +68,7 @@ def test_help_on_every_level_has_examples(command: list[str]) -> None:
         ["sessions", "list", "--metadata", "novalue"],
         ["sessions", "list", "--metadata", "n:=[1]"],
         ["--sessions-table", "bad-name", "sessions", "list"],
-        ["--url", "mysql://u@h/db", "sessions", "list"],
+        ["--url", "oracle://u@h/db", "sessions", "list"],
         ["copy", "--to", "oracle://u@h/db"],
     ],
     ids=" ".join,
@@ -81,7 +81,7 @@ def test_usage_errors_exit_2(args: list[str]) -> None:
 
 def test_a_password_in_a_bad_url_is_masked() -> None:
     """The password of a URL never appears, even in a usage error about that URL."""
-    result = invoke("--url", "mysql://app:hunter2@db/x", "sessions", "list")
+    result = invoke("--url", "oracle://app:hunter2@db/x", "sessions", "list")
     assert result.exit_code == 2
     assert "hunter2" not in result.output
     assert "***" in result.output
