@@ -10,11 +10,12 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from sqlalchemy import Row
+from sqlalchemy import Executable, Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agents_memory._codec import OnCorrupt, decode_row, decode_rows
 from agents_memory._errors import SessionClosedError
+from agents_memory._sqlalchemy._cancel import cancel_safe
 from agents_memory._sqlalchemy._engine import EngineState, engine_state
 from agents_memory._sqlalchemy._schema import ensure_schema, schema_errors
 from agents_memory._sqlalchemy._statements import Statements, statements_for
@@ -43,6 +44,8 @@ class Backend:
         self.state: EngineState = engine_state(engine)
         self.st: Statements = statements_for(names, self.state.dialect)
         self._pg = self.state.dialect == "postgresql"
+        # Only Postgres may have a statement cut short by a cancel (see _cancel.py).
+        self.interruptible = self._pg
         # One statement per operation on Postgres: no BEGIN/COMMIT round trips needed.
         self._autocommit = (
             engine.execution_options(isolation_level="AUTOCOMMIT") if self._pg else engine
@@ -98,6 +101,7 @@ class Backend:
 
     # -- the protocol -------------------------------------------------------------------------
 
+    @cancel_safe
     async def add(self, session_id: str, data: Sequence[str]) -> None:
         """Append already-encoded items in one transaction."""
         if not data:
@@ -111,6 +115,7 @@ class Backend:
             await conn.execute(st.upsert_session, {"sid": session_id})
             await conn.execute(st.insert_messages, [{"sid": session_id, "data": d} for d in data])
 
+    @cancel_safe
     async def get(self, session_id: str, limit: int | None) -> list[dict[str, Any]]:
         """All items, or the latest ``limit`` valid ones, oldest first."""
         if limit == 0:
@@ -154,15 +159,23 @@ class Backend:
             raise ValueError(msg)
         after = -1
         while True:
-            async with self._read() as conn:
-                params = {"sid": session_id, "after": after, "n": batch_size}
-                rows = (await conn.execute(self.st.select_after, params)).all()
-            for item in decode_rows(rows, on_corrupt=self.on_corrupt):
+            params = {"sid": session_id, "after": after, "n": batch_size}
+            rows = await self.fetch(self.st.select_after, params)
+            for item in decode_rows(rows, on_corrupt=self.on_corrupt):  # type: ignore[arg-type]
                 yield item
             if len(rows) < batch_size:
                 return
             after = int(rows[-1][0])
 
+    @cancel_safe
+    async def fetch(
+        self, statement: Executable, params: dict[str, Any] | None = None
+    ) -> Sequence[Row[Any]]:
+        """Run one read and return all its rows (for streaming and the store's listings)."""
+        async with self._read() as conn:
+            return (await conn.execute(statement, params)).all()
+
+    @cancel_safe
     async def pop(self, session_id: str) -> dict[str, Any] | None:
         """Atomically remove and return the newest valid item.
 
@@ -180,6 +193,7 @@ class Backend:
             if item is not None:
                 return item
 
+    @cancel_safe
     async def clear(self, session_id: str) -> bool:
         """Delete the session row and all its items at once; True if the session existed."""
         st = self.st

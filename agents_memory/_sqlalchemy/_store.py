@@ -146,8 +146,7 @@ class SessionStore:
                 fmt = "%Y-%m-%d %H:%M:%S" if not stamp.microsecond else "%Y-%m-%d %H:%M:%S.%f"
                 stamp_param = bindparam("after_stamp", stamp.strftime(fmt), type_=String())
             query = query.where(tuple_(s.updated_at, s.session_id) < tuple_(stamp_param, after_id))
-        async with self._backend._read() as conn:  # noqa: SLF001
-            rows = (await conn.execute(query)).all()
+        rows = await self._backend.fetch(query)
         infos = [self._info(r) for r in rows[:limit]]
         next_cursor = _encode_cursor(infos[-1]) if len(rows) > limit else None
         return SessionPage(infos, next_cursor)
@@ -156,9 +155,8 @@ class SessionStore:
         """The listing entry of one session, or ``None`` if it does not exist."""
         s = self._backend.st.sessions.c
         query = self._listing().where(s.session_id == validate_session_id(session_id))
-        async with self._backend._read() as conn:  # noqa: SLF001
-            row = (await conn.execute(query)).first()
-        return None if row is None else self._info(row)
+        rows = await self._backend.fetch(query)
+        return self._info(rows[0]) if rows else None
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete a session and all its items; ``True`` if it existed."""
