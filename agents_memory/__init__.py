@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from agents_memory._errors import (
     AgentsMemoryError,
     CorruptItemError,
+    DatabaseConnectionError,
     SchemaNotReadyError,
     SessionClosedError,
     UnsupportedDatabaseError,
@@ -33,6 +34,7 @@ __all__ = [
     "DEFAULT_URL",
     "AgentsMemoryError",
     "CorruptItemError",
+    "DatabaseConnectionError",
     "SQLAlchemySession",
     "SchemaNotReadyError",
     "Session",

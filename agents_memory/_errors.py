@@ -21,3 +21,12 @@ class SessionClosedError(AgentsMemoryError, RuntimeError):
 
 class CorruptItemError(AgentsMemoryError, ValueError):
     """A stored row does not hold valid JSON and the store was told to raise on it."""
+
+
+class DatabaseConnectionError(AgentsMemoryError, ConnectionError):
+    """The database could not be reached, or the connection was lost during an operation.
+
+    The message names the database (its URL with the password masked) and what to
+    check. An operation interrupted by a lost connection was applied completely or
+    not at all; the next call gets a fresh connection from the pool.
+    """

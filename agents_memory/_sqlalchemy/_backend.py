@@ -17,6 +17,7 @@ from agents_memory._codec import OnCorrupt, decode_row, decode_rows
 from agents_memory._errors import SessionClosedError
 from agents_memory._sqlalchemy._cancel import cancel_safe
 from agents_memory._sqlalchemy._engine import EngineState, engine_state
+from agents_memory._sqlalchemy._faults import connection_errors
 from agents_memory._sqlalchemy._schema import ensure_schema, schema_errors
 from agents_memory._sqlalchemy._statements import Statements, statements_for
 from agents_memory._tables import TableNames
@@ -68,10 +69,11 @@ class Backend:
 
     @contextlib.asynccontextmanager
     async def _read(self) -> AsyncIterator[AsyncConnection]:
-        await self._prepare()
-        async with self.state.reading(), self._autocommit.connect() as conn:
-            with schema_errors(self.engine, self.names):
-                yield conn
+        with connection_errors(self.engine):
+            await self._prepare()
+            async with self.state.reading(), self._autocommit.connect() as conn:
+                with schema_errors(self.engine, self.names):
+                    yield conn
 
     @contextlib.asynccontextmanager
     async def _write(self, *, single_statement: bool) -> AsyncIterator[AsyncConnection]:
@@ -80,16 +82,17 @@ class Backend:
         A single statement runs in autocommit on Postgres (it is atomic on its own);
         anything else is a transaction that commits on success and rolls back on error.
         """
-        await self._prepare()
-        async with self.state.writing():
-            if single_statement and self._pg:
-                async with self._autocommit.connect() as conn:
-                    with schema_errors(self.engine, self.names):
-                        yield conn
-            else:
-                async with self.engine.begin() as conn:
-                    with schema_errors(self.engine, self.names):
-                        yield conn
+        with connection_errors(self.engine):
+            await self._prepare()
+            async with self.state.writing():
+                if single_statement and self._pg:
+                    async with self._autocommit.connect() as conn:
+                        with schema_errors(self.engine, self.names):
+                            yield conn
+                else:
+                    async with self.engine.begin() as conn:
+                        with schema_errors(self.engine, self.names):
+                            yield conn
 
     async def close(self) -> None:
         """Dispose the engine if this backend created it; later operations raise."""
