@@ -26,7 +26,22 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite writer waits for another *process* holding the file's write lock."""
 
 
+def _tolerant_text(data: bytes) -> str | bytes:
+    """Decode a TEXT value; hand back the raw bytes when it is not valid UTF-8.
+
+    SQLite stores whatever a writer gives it. With the default decoder, one row
+    holding invalid UTF-8 (written behind our back) fails the whole read, and a
+    pop can never get past it; as bytes it reaches the codec, which reports the
+    row as corrupt and skips it like any other.
+    """
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
+
+
 def _sqlite_on_connect(dbapi_connection: Any, _record: object) -> None:  # noqa: ANN401
+    getattr(dbapi_connection, "driver_connection", dbapi_connection).text_factory = _tolerant_text
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
