@@ -17,7 +17,7 @@ from agents_memory._codec import OnCorrupt, decode_row, decode_rows
 from agents_memory._errors import SessionClosedError
 from agents_memory._sqlalchemy._cancel import cancel_safe
 from agents_memory._sqlalchemy._engine import EngineState, engine_state
-from agents_memory._sqlalchemy._faults import connection_errors
+from agents_memory._sqlalchemy._faults import connection_errors, retry_unsent
 from agents_memory._sqlalchemy._schema import ensure_schema, schema_errors
 from agents_memory._sqlalchemy._statements import Statements, statements_for
 from agents_memory._tables import TableNames
@@ -105,6 +105,7 @@ class Backend:
     # -- the protocol -------------------------------------------------------------------------
 
     @cancel_safe
+    @retry_unsent
     async def add(self, session_id: str, data: Sequence[str]) -> None:
         """Append already-encoded items in one transaction."""
         if not data:
@@ -119,6 +120,7 @@ class Backend:
             await conn.execute(st.insert_messages, [{"sid": session_id, "data": d} for d in data])
 
     @cancel_safe
+    @retry_unsent
     async def get(self, session_id: str, limit: int | None) -> list[dict[str, Any]]:
         """All items, or the latest ``limit`` valid ones, oldest first."""
         if limit == 0:
@@ -171,6 +173,7 @@ class Backend:
             after = int(rows[-1][0])
 
     @cancel_safe
+    @retry_unsent
     async def fetch(
         self, statement: Executable, params: dict[str, Any] | None = None
     ) -> Sequence[Row[Any]]:
@@ -179,6 +182,7 @@ class Backend:
             return (await conn.execute(statement, params)).all()
 
     @cancel_safe
+    @retry_unsent
     async def pop(self, session_id: str) -> dict[str, Any] | None:
         """Atomically remove and return the newest valid item.
 
@@ -197,6 +201,7 @@ class Backend:
                 return item
 
     @cancel_safe
+    @retry_unsent
     async def clear(self, session_id: str) -> bool:
         """Delete the session row and all its items at once; True if the session existed."""
         st = self.st

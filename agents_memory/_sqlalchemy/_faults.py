@@ -11,7 +11,9 @@ thing to check.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -24,6 +26,13 @@ _CONNECT_SQLSTATES = {"28000", "28P01", "3D000", "57P03", "53300"}
 # ... and those that mean "the server ended this connection".
 _LOST_SQLSTATES = {"57P01", "57P02"}
 _SQLITE_CANTOPEN = 14
+# asyncpg refuses to *start* a statement on a connection the server has already ended
+# (its FATAL message arrived, the socket close not yet): nothing was sent, so retrying is safe.
+_UNSENT_MARKERS = ("another operation", "underlying connection is closed")
+
+P = ParamSpec("P")
+S = TypeVar("S")
+T = TypeVar("T")
 
 
 def _reason(exc: BaseException, password: str | None) -> str:
@@ -89,3 +98,36 @@ def connection_errors(engine: AsyncEngine) -> Iterator[None]:
                 "reachable, and the URL's host, port, database name and credentials"
             )
         raise DatabaseConnectionError(msg) from exc
+
+
+def _unsent(exc: DatabaseConnectionError) -> bool:
+    """True when the driver refused to send the statement at all (a dead pooled connection)."""
+    cause = exc.__cause__
+    if not isinstance(cause, DBAPIError) or not cause.connection_invalidated:
+        return False
+    text = str(cause.orig)
+    return any(marker in text for marker in _UNSENT_MARKERS)
+
+
+def retry_unsent(
+    method: Callable[Concatenate[S, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
+    """Run an operation again, once, if its connection turned out dead before anything was sent.
+
+    A pooled connection whose server went away is usually caught at checkout
+    (``_engine``); this covers the moment between the server's goodbye and the
+    socket closing. The pool has been invalidated by then, so the second attempt
+    runs on a fresh connection. Any other failure is raised as it is: a statement
+    that may have reached the server is never sent twice.
+    """
+
+    @functools.wraps(method)
+    async def wrapper(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await method(self, *args, **kwargs)
+        except DatabaseConnectionError as exc:
+            if not _unsent(exc):
+                raise
+        return await method(self, *args, **kwargs)
+
+    return wrapper
