@@ -20,7 +20,15 @@ OnCorrupt: TypeAlias = Literal["skip", "raise"]
 
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 _ascii_encoder = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
-_decode = json.JSONDecoder().decode
+
+
+def _reject_constant(name: str) -> None:
+    """NaN and Infinity are refused on write, so a stored one is corrupt, not an item."""
+    msg = f"{name} is not valid JSON"
+    raise ValueError(msg)
+
+
+_decode = json.JSONDecoder(parse_constant=_reject_constant).decode
 
 _SCALARS = (str, int, float, bool, type(None))
 

@@ -93,3 +93,11 @@ def test_too_deep_stored_json_is_corrupt_not_a_crash(caplog: pytest.LogCaptureFi
     assert "nested too deeply" in caplog.text
     with pytest.raises(CorruptItemError, match="stored item 1"):
         decode_rows(rows, on_corrupt="raise")
+
+
+def test_stored_nan_or_infinity_is_corrupt() -> None:
+    """NaN/Infinity are refused on write, so a stored one is a corrupt row, not an item."""
+    rows = [(1, '{"a":NaN}'), (2, '{"b":-Infinity}'), (3, '{"c":1}')]
+    assert decode_rows(rows, on_corrupt="skip") == [{"c": 1}]
+    with pytest.raises(CorruptItemError, match="stored item 1"):
+        decode_rows(rows, on_corrupt="raise")
