@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from agents_memory._errors import (
     AgentsMemoryError,
     CorruptItemError,
+    DatabaseBusyError,
     DatabaseConnectionError,
     SchemaNotReadyError,
     SessionClosedError,
@@ -34,6 +35,7 @@ __all__ = [
     "DEFAULT_URL",
     "AgentsMemoryError",
     "CorruptItemError",
+    "DatabaseBusyError",
     "DatabaseConnectionError",
     "SQLAlchemySession",
     "SchemaNotReadyError",

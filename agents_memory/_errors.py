@@ -30,3 +30,11 @@ class DatabaseConnectionError(AgentsMemoryError, ConnectionError):
     check. An operation interrupted by a lost connection was applied completely or
     not at all; the next call gets a fresh connection from the pool.
     """
+
+
+class DatabaseBusyError(AgentsMemoryError, TimeoutError):
+    """SQLite stayed locked by another connection or process for longer than its busy timeout.
+
+    Nothing of the operation was applied, so it is safe to retry. Seen when several
+    processes write one SQLite file flat out; Postgres has no such limit.
+    """

@@ -18,7 +18,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agents_memory._errors import DatabaseConnectionError
+from agents_memory._errors import DatabaseBusyError, DatabaseConnectionError
 from agents_memory._urls import mask_url
 
 # Postgres SQLSTATEs that mean "could not connect" rather than "this statement failed".
@@ -26,6 +26,7 @@ _CONNECT_SQLSTATES = {"28000", "28P01", "3D000", "57P03", "53300"}
 # ... and those that mean "the server ended this connection".
 _LOST_SQLSTATES = {"57P01", "57P02"}
 _SQLITE_CANTOPEN = 14
+_SQLITE_BUSY = 5  # extended codes (busy recovery/snapshot/timeout) share the low byte
 # asyncpg refuses to *start* a statement on a connection the server has already ended
 # (its FATAL message arrived, the socket close not yet): nothing was sent, so retrying is safe.
 _UNSENT_MARKERS = ("another operation", "underlying connection is closed")
@@ -52,13 +53,15 @@ def _where(engine: AsyncEngine) -> str:
 
 
 def _classify(exc: BaseException) -> str | None:
-    """``"lost"``, ``"connect"`` or ``None`` (not a connection problem)."""
+    """``"lost"``, ``"connect"``, ``"busy"`` or ``None`` (not a connection problem)."""
     if not isinstance(exc, DBAPIError):
         return "connect" if isinstance(exc, OSError) else None  # asyncpg raises these unwrapped
     orig = exc.orig
     sqlstate = str(getattr(orig, "sqlstate", None) or "")
     kind: str | None = None
-    if exc.connection_invalidated or sqlstate in _LOST_SQLSTATES or sqlstate.startswith("08"):
+    if (getattr(orig, "sqlite_errorcode", None) or 0) & 0xFF == _SQLITE_BUSY:
+        kind = "busy"
+    elif exc.connection_invalidated or sqlstate in _LOST_SQLSTATES or sqlstate.startswith("08"):
         kind = "lost"
     elif (
         sqlstate in _CONNECT_SQLSTATES
@@ -71,7 +74,10 @@ def _classify(exc: BaseException) -> str | None:
 
 @contextlib.contextmanager
 def connection_errors(engine: AsyncEngine) -> Iterator[None]:
-    """Re-raise connection failures inside the block as :class:`DatabaseConnectionError`."""
+    """Re-raise connection failures inside the block as :class:`DatabaseConnectionError`.
+
+    A SQLite database locked past its busy timeout becomes :class:`DatabaseBusyError`.
+    """
     try:
         yield
     except (DBAPIError, OSError) as exc:
@@ -81,6 +87,14 @@ def connection_errors(engine: AsyncEngine) -> Iterator[None]:
         cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
         reason = _reason(cause, engine.url.password)
         where = _where(engine)
+        if kind == "busy":
+            msg = (
+                f"{where} stayed locked by another connection or process for longer than its "
+                f"busy timeout ({reason}); nothing was written, so the operation can be retried. "
+                "Many processes writing one SQLite file at full speed starve each other; use "
+                "one process per file, or Postgres"
+            )
+            raise DatabaseBusyError(msg) from exc
         if kind == "lost":
             msg = (
                 f"lost the connection to {where} during the operation ({reason}); it was "
