@@ -59,7 +59,7 @@ def _drop_closed_connection(dbapi_connection: Any, _record: object, _proxy: obje
     for nothing. Raising ``DisconnectionError`` makes the pool connect afresh. This
     is a local flag check, not a round trip (unlike ``pool_pre_ping``).
     """
-    driver = getattr(dbapi_connection, "_connection", None)
+    driver = getattr(dbapi_connection, "driver_connection", None)  # the asyncpg connection
     is_closed = getattr(driver, "is_closed", None)
     if is_closed is not None and is_closed():
         msg = "pooled connection was closed by the server"
