@@ -15,6 +15,8 @@ from agents_memory import migrations
 from agents_memory._errors import (
     AgentsMemoryError,
     CorruptItemError,
+    DatabaseBusyError,
+    DatabaseConnectionError,
     SchemaNotReadyError,
     SessionClosedError,
     SessionNotStartedError,
@@ -40,6 +42,8 @@ __all__ = [
     "DEFAULT_URL",
     "AgentsMemoryError",
     "CorruptItemError",
+    "DatabaseBusyError",
+    "DatabaseConnectionError",
     "OpenAIConversationsSession",
     "SQLAlchemySession",
     "SQLiteSession",

@@ -20,28 +20,51 @@ OnCorrupt: TypeAlias = Literal["skip", "raise"]
 
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 _ascii_encoder = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
-_decode = json.JSONDecoder().decode
+
+
+def _reject_constant(name: str) -> None:
+    """NaN and Infinity are refused on write, so a stored one is corrupt, not an item."""
+    msg = f"{name} is not valid JSON"
+    raise ValueError(msg)
+
+
+_decode = json.JSONDecoder(parse_constant=_reject_constant).decode
 
 _SCALARS = (str, int, float, bool, type(None))
 
+MAX_NESTING = 200
+"""Deepest nesting of dicts and lists an item may have.
+
+``json`` recurses on the C stack: an item nested near the interpreter's recursion
+limit could be written from a shallow stack and then fail to decode (``RecursionError``)
+on every later read, and a self-referencing item would never finish encoding. Real
+Responses-API items nest a handful of levels deep.
+"""
+
 
 def _check_keys(item: dict[str, Any]) -> None:
-    """Reject non-string keys, which ``json`` would silently turn into strings.
+    """Reject non-string keys (``json`` would silently turn them into strings) and deep nesting.
 
-    Such an item would not come back as it went in, so it is refused instead.
+    Such an item would not come back as it went in (or not at all), so it is refused instead.
     """
-    stack: list[Any] = [item]
+    stack: list[tuple[Any, int]] = [(item, 1)]
     while stack:
-        value = stack.pop()
+        value, depth = stack.pop()
+        if depth > MAX_NESTING:
+            msg = (
+                f"item is nested more than {MAX_NESTING} levels deep (or refers to itself); "
+                "flatten it or store the deep part as a JSON string"
+            )
+            raise ValueError(msg)
         if isinstance(value, dict):
             for key, child in value.items():
                 if not isinstance(key, str):
                     msg = f"item keys must be str, got {type(key).__name__} key {key!r}"
                     raise TypeError(msg)
                 if not isinstance(child, _SCALARS):
-                    stack.append(child)
+                    stack.append((child, depth + 1))
         elif isinstance(value, list | tuple):
-            stack.extend(v for v in value if not isinstance(v, _SCALARS))
+            stack.extend((v, depth + 1) for v in value if not isinstance(v, _SCALARS))
 
 
 def encode_item(item: object, *, index: int = 0) -> str:
@@ -56,7 +79,7 @@ def encode_item(item: object, *, index: int = 0) -> str:
         msg = f"item {index} is not JSON-serialisable: {exc}"
         raise TypeError(msg) from None
     except ValueError as exc:
-        msg = f"item {index} holds a value JSON cannot represent (NaN or Infinity): {exc}"
+        msg = f"item {index} holds a value JSON cannot represent (NaN, Infinity, a huge int): {exc}"
         raise ValueError(msg) from None
     try:
         text.encode("utf-8")
@@ -79,6 +102,8 @@ def decode_row(data: object, *, row_id: object, on_corrupt: OnCorrupt) -> dict[s
     reason = "not a JSON object"
     try:
         value = _decode(data.decode("utf-8") if isinstance(data, bytes) else data)  # type: ignore[arg-type]
+    except RecursionError:
+        reason = "JSON nested too deeply to decode"
     except (ValueError, TypeError, AttributeError) as exc:
         reason = f"not valid JSON ({exc})"
     else:
@@ -99,7 +124,7 @@ def decode_rows(
     for row_id, data in rows:
         try:
             value = _decode(data)  # type: ignore[arg-type]  # fast path: str holding an object
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, RecursionError):
             value = None
         if type(value) is dict:
             out.append(value)

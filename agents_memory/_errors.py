@@ -30,3 +30,20 @@ class SessionNotStartedError(AgentsMemoryError, ValueError, AttributeError):
     ``getattr(session, "session_id", None)`` and ``hasattr`` report "no id yet"
     instead of raising.
     """
+
+
+class DatabaseConnectionError(AgentsMemoryError, ConnectionError):
+    """The database could not be reached, or the connection was lost during an operation.
+
+    The message names the database (its URL with the password masked) and what to
+    check. An operation interrupted by a lost connection was applied completely or
+    not at all; the next call gets a fresh connection from the pool.
+    """
+
+
+class DatabaseBusyError(AgentsMemoryError, TimeoutError):
+    """SQLite stayed locked by another connection or process for longer than its busy timeout.
+
+    Nothing of the operation was applied, so it is safe to retry. Seen when several
+    processes write one SQLite file flat out; Postgres has no such limit.
+    """

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from agents_memory import CorruptItemError
-from agents_memory._codec import decode_rows, encode_item, encode_items
+from agents_memory._codec import MAX_NESTING, decode_rows, encode_item, encode_items
 
 
 def test_encoding_is_compact_and_keeps_unicode() -> None:
@@ -57,4 +57,47 @@ def test_decode_skips_or_raises(caplog: pytest.LogCaptureFixture) -> None:
     assert "stored item 2" in caplog.text
     assert "stored item 3" in caplog.text
     with pytest.raises(CorruptItemError, match="stored item 2"):
+        decode_rows(rows, on_corrupt="raise")
+
+
+def test_self_referencing_item_is_refused() -> None:
+    """An item that contains itself is a ValueError, not an endless loop."""
+    item: dict[str, object] = {}
+    item["self"] = item
+    with pytest.raises(ValueError, match="nested more than"):
+        encode_item(item)
+
+
+def test_deep_nesting_is_refused_but_the_limit_round_trips() -> None:
+    """Nesting past MAX_NESTING is refused up front; an item at the limit decodes again."""
+
+    def nested(depth: int) -> dict[str, object]:
+        value: object = 1
+        for _ in range(depth - 1):
+            value = [value]
+        return {"v": value}
+
+    ok = nested(MAX_NESTING)
+    assert decode_rows([(1, encode_item(ok))], on_corrupt="raise") == [ok]
+    with pytest.raises(ValueError, match="nested more than"):
+        encode_item(nested(MAX_NESTING + 1))
+    with pytest.raises(ValueError, match="nested more than"):
+        encode_item(nested(100_000))
+
+
+def test_too_deep_stored_json_is_corrupt_not_a_crash(caplog: pytest.LogCaptureFixture) -> None:
+    """A stored row nested too deeply for the decoder is skipped (or raised as corrupt)."""
+    rows = [(1, "[" * 100_000 + "]" * 100_000), (2, '{"b":2}')]
+    with caplog.at_level(logging.WARNING, logger="agents_memory"):
+        assert decode_rows(rows, on_corrupt="skip") == [{"b": 2}]
+    assert "nested too deeply" in caplog.text
+    with pytest.raises(CorruptItemError, match="stored item 1"):
+        decode_rows(rows, on_corrupt="raise")
+
+
+def test_stored_nan_or_infinity_is_corrupt() -> None:
+    """NaN/Infinity are refused on write, so a stored one is a corrupt row, not an item."""
+    rows = [(1, '{"a":NaN}'), (2, '{"b":-Infinity}'), (3, '{"c":1}')]
+    assert decode_rows(rows, on_corrupt="skip") == [{"c": 1}]
+    with pytest.raises(CorruptItemError, match="stored item 1"):
         decode_rows(rows, on_corrupt="raise")

@@ -15,7 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agents_memory._codec import OnCorrupt, decode_row, decode_rows
 from agents_memory._errors import SessionClosedError
+from agents_memory._sqlalchemy._cancel import cancel_safe
 from agents_memory._sqlalchemy._engine import EngineState, engine_state
+from agents_memory._sqlalchemy._faults import connection_errors, retry_unsent
 from agents_memory._sqlalchemy._mysql import check_packet_size, max_packet
 from agents_memory._sqlalchemy._schema import ensure_schema, schema_errors
 from agents_memory._sqlalchemy._statements import Statements, statements_for
@@ -44,6 +46,8 @@ class Backend:
         self.state: EngineState = engine_state(engine)
         self.st: Statements = statements_for(names, self.state.dialect)
         self._pg = self.state.dialect == "postgresql"
+        # Only Postgres may have a statement cut short by a cancel (see _cancel.py).
+        self.interruptible = self._pg
         # One statement per operation on Postgres: no BEGIN/COMMIT round trips needed.
         self._autocommit = (
             engine.execution_options(isolation_level="AUTOCOMMIT") if self._pg else engine
@@ -68,10 +72,11 @@ class Backend:
 
     @contextlib.asynccontextmanager
     async def _read(self) -> AsyncIterator[AsyncConnection]:
-        await self._prepare()
-        async with self.state.reading(), self._autocommit.connect() as conn:
-            with schema_errors(self.engine, self.names):
-                yield conn
+        with connection_errors(self.engine):
+            await self._prepare()
+            async with self.state.reading(), self._autocommit.connect() as conn:
+                with schema_errors(self.engine, self.names):
+                    yield conn
 
     @contextlib.asynccontextmanager
     async def _write(self, *, single_statement: bool) -> AsyncIterator[AsyncConnection]:
@@ -80,16 +85,17 @@ class Backend:
         A single statement runs in autocommit on Postgres (it is atomic on its own);
         anything else is a transaction that commits on success and rolls back on error.
         """
-        await self._prepare()
-        async with self.state.writing():
-            if single_statement and self._pg:
-                async with self._autocommit.connect() as conn:
-                    with schema_errors(self.engine, self.names):
-                        yield conn
-            else:
-                async with self.engine.begin() as conn:
-                    with schema_errors(self.engine, self.names):
-                        yield conn
+        with connection_errors(self.engine):
+            await self._prepare()
+            async with self.state.writing():
+                if single_statement and self._pg:
+                    async with self._autocommit.connect() as conn:
+                        with schema_errors(self.engine, self.names):
+                            yield conn
+                else:
+                    async with self.engine.begin() as conn:
+                        with schema_errors(self.engine, self.names):
+                            yield conn
 
     def reading(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
         """A connection for a read outside the protocol (listing, metadata)."""
@@ -113,6 +119,8 @@ class Backend:
 
     # -- the protocol -------------------------------------------------------------------------
 
+    @cancel_safe
+    @retry_unsent
     async def add(self, session_id: str, data: Sequence[str]) -> None:
         """Append already-encoded items in one transaction."""
         if not data:
@@ -130,6 +138,8 @@ class Backend:
             await conn.execute(st.upsert_session, {"sid": session_id})
             await conn.execute(st.insert_messages, [{"sid": session_id, "data": d} for d in data])
 
+    @cancel_safe
+    @retry_unsent
     async def get(self, session_id: str, limit: int | None) -> list[dict[str, Any]]:
         """All items, or the latest ``limit`` valid ones, oldest first."""
         if limit == 0:
@@ -173,15 +183,25 @@ class Backend:
             raise ValueError(msg)
         after = -1
         while True:
-            async with self._read() as conn:
-                params = {"sid": session_id, "after": after, "n": batch_size}
-                rows = (await conn.execute(self.st.select_after, params)).all()
-            for item in decode_rows(rows, on_corrupt=self.on_corrupt):
+            params = {"sid": session_id, "after": after, "n": batch_size}
+            rows = await self.fetch(self.st.select_after, params)
+            for item in decode_rows(rows, on_corrupt=self.on_corrupt):  # type: ignore[arg-type]
                 yield item
             if len(rows) < batch_size:
                 return
             after = int(rows[-1][0])
 
+    @cancel_safe
+    @retry_unsent
+    async def fetch(
+        self, statement: Executable, params: dict[str, Any] | None = None
+    ) -> Sequence[Row[Any]]:
+        """Run one read and return all its rows (for streaming and the store's listings)."""
+        async with self._read() as conn:
+            return (await conn.execute(statement, params)).all()
+
+    @cancel_safe
+    @retry_unsent
     async def pop(self, session_id: str) -> dict[str, Any] | None:
         """Atomically remove and return the newest valid item.
 
@@ -217,6 +237,8 @@ class Backend:
             if item is not None:
                 return item
 
+    @cancel_safe
+    @retry_unsent
     async def clear(self, session_id: str) -> bool:
         """Delete the session row and all its items at once; True if the session existed."""
         st = self.st

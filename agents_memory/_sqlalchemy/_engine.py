@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
@@ -26,7 +27,22 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite writer waits for another *process* holding the file's write lock."""
 
 
+def _tolerant_text(data: bytes) -> str | bytes:
+    """Decode a TEXT value; hand back the raw bytes when it is not valid UTF-8.
+
+    SQLite stores whatever a writer gives it. With the default decoder, one row
+    holding invalid UTF-8 (written behind our back) fails the whole read, and a
+    pop can never get past it; as bytes it reaches the codec, which reports the
+    row as corrupt and skips it like any other.
+    """
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
+
+
 def _sqlite_on_connect(dbapi_connection: Any, _record: object) -> None:  # noqa: ANN401
+    getattr(dbapi_connection, "driver_connection", dbapi_connection).text_factory = _tolerant_text
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
@@ -34,6 +50,21 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: object) -> None:  # noqa:
         cursor.execute("PRAGMA journal_mode = WAL")
     finally:
         cursor.close()
+
+
+def _drop_closed_connection(dbapi_connection: Any, _record: object, _proxy: object) -> None:  # noqa: ANN401
+    """On checkout, replace a pooled connection the server has already closed.
+
+    After a server restart, a failover or ``pg_terminate_backend`` the driver knows
+    its idle connections are closed; handing one out would fail the next operation
+    for nothing. Raising ``DisconnectionError`` makes the pool connect afresh. This
+    is a local flag check, not a round trip (unlike ``pool_pre_ping``).
+    """
+    driver = getattr(dbapi_connection, "driver_connection", None)  # the asyncpg connection
+    is_closed = getattr(driver, "is_closed", None)
+    if is_closed is not None and is_closed():
+        msg = "pooled connection was closed by the server"
+        raise DisconnectionError(msg)
 
 
 class EngineState:
@@ -96,6 +127,10 @@ def engine_state(engine: AsyncEngine) -> EngineState:
             sync_engine, "connect", _sqlite_on_connect
         ):
             event.listen(sync_engine, "connect", _sqlite_on_connect)
+        if state.dialect == "postgresql" and not event.contains(
+            sync_engine, "checkout", _drop_closed_connection
+        ):
+            event.listen(sync_engine, "checkout", _drop_closed_connection)
         _states[sync_engine] = state
     return state
 

@@ -164,8 +164,7 @@ class SessionStore:
                 # SQLite keeps CURRENT_TIMESTAMP text; compare in the same format, not SQLAlchemy's.
                 stamp_param = bindparam("after_stamp", sqlite_text(stamp), type_=String())
             query = query.where(tuple_(s.updated_at, s.session_id) < tuple_(stamp_param, after_id))
-        async with self._backend.reading() as conn:
-            rows = (await conn.execute(query)).all()
+        rows = await self._backend.fetch(query)
         infos = [self._info(r) for r in rows[:limit]]
         next_cursor = _encode_cursor(infos[-1]) if len(rows) > limit else None
         return SessionPage(infos, next_cursor)
@@ -174,9 +173,8 @@ class SessionStore:
         """The listing entry of one session, or ``None`` if it does not exist."""
         s = self._backend.st.sessions.c
         query = self._listing().where(s.session_id == validate_session_id(session_id))
-        async with self._backend.reading() as conn:
-            row = (await conn.execute(query)).first()
-        return None if row is None else self._info(row)
+        rows = await self._backend.fetch(query)
+        return self._info(rows[0]) if rows else None
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete a session and all its items; ``True`` if it existed."""

@@ -94,8 +94,8 @@ def test_unreachable_server_is_one_sentence_without_password(tmp_path: Path) -> 
     assert result.exit_code == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith("error: cannot connect to the database")
-    assert "check --url" in lines[0]
+    assert lines[0].startswith("error: cannot connect to 127.0.0.1:9")
+    assert "Check that the server is running" in lines[0]
     assert "hunter2" not in result.output
     assert "Traceback" not in result.output
 

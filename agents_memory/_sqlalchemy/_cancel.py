@@ -1,0 +1,74 @@
+"""Cancellation safety: a database operation that has started is finished before a cancel lands.
+
+aiosqlite runs every statement on a worker thread that a cancel cannot stop. When
+the awaiting task is cancelled mid-statement, SQLAlchemy treats the connection as
+broken and discards it while the thread is still using it: on a SQLite file the
+half-closed connection keeps the write lock until garbage collection (every other
+writer then fails with "database is locked"), and on in-memory SQLite the one
+connection *is* the database, so all of it is lost. So on SQLite an operation runs
+to completion in its own task, and the caller's ``CancelledError`` is raised after
+it: the session is left fully before or fully after the operation.
+
+Postgres needs none of this: a cancelled statement is cancelled on the server and
+the connection is dropped, which rolls back anything uncommitted, so cancels there
+stay prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class _Interruptible(Protocol):
+    """What :func:`cancel_safe` reads from the object whose methods it wraps."""
+
+    @property
+    def interruptible(self) -> bool:
+        """True when a cancel may interrupt an operation midway (it is atomic anyway)."""
+        ...
+
+
+async def run_to_completion(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` in its own task; if the caller is cancelled, wait for it, then re-raise.
+
+    A cancel that arrives while the operation runs is held until the operation
+    has finished (and its connection is back in the pool). If the operation task
+    itself is cancelled (the loop shutting down), that propagates at once.
+    """
+    task = asyncio.ensure_future(coro)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled():
+                raise
+            cancelled = True
+    if cancelled:
+        if not task.cancelled():
+            task.exception()  # retrieved: the caller asked to be cancelled, not for the outcome
+        raise asyncio.CancelledError
+    return task.result()
+
+
+S = TypeVar("S", bound=_Interruptible)
+
+
+def cancel_safe(
+    method: Callable[Concatenate[S, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
+    """Make a backend method finish before its caller's cancellation is raised, where needed."""
+
+    @functools.wraps(method)
+    async def wrapper(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        if self.interruptible:
+            return await method(self, *args, **kwargs)
+        return await run_to_completion(method(self, *args, **kwargs))
+
+    return wrapper
