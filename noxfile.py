@@ -45,3 +45,10 @@ def typecheck(session: nox.Session) -> None:
     """Type-check the package and the user-side typing tests with mypy --strict."""
     session.install(".[test]", "mypy")
     session.run("mypy")
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Benchmarks against the raw drivers and the Agents SDK's stores (``-- --quick``: short)."""
+    session.install(".[test]")
+    session.run("python", "-m", "benchmarks", *session.posargs)

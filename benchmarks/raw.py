@@ -1,0 +1,223 @@
+"""The baseline: the bare async driver doing the fewest statements a correct store needs.
+
+Same guarantees as ours, nothing more: every ``add_items`` is one transaction (so a batch
+is all-or-nothing and contiguous), SQLite writers queue on one lock per database, each
+pop claims its row once, and items are encoded before any write. Same schema and indexes
+as ours (built from ``agents_memory.get_models``), same pragmas on SQLite.
+
+SQLite (aiosqlite): one writer connection behind an ``asyncio.Lock`` and one reader
+connection (WAL lets it read while the writer writes). ``add_items`` = upsert + executemany
++ commit; reads are one ``execute_fetchall``; pop = ``DELETE ... RETURNING`` + commit.
+
+Postgres (asyncpg): a pool without the per-release ``RESET ALL`` round trip (the store never
+changes session state), every operation one autocommitted statement: ``add_items`` is a
+data-modifying CTE (session upsert + ``unnest`` insert), pop a ``FOR UPDATE`` sub-select.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiosqlite
+import asyncpg
+
+from agents_memory import TableNames
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_loads = json.loads
+
+
+def encode(items: list[dict[str, Any]]) -> list[str]:
+    """Encode a batch before writing anything (json raises on what it cannot encode)."""
+    return [_dumps(i) for i in items]
+
+
+class RawSession:
+    """A session-shaped handle over a raw store, so workloads call every store the same way."""
+
+    __slots__ = ("_store", "session_id")
+
+    def __init__(self, store: RawSqlite | RawPostgres, session_id: str) -> None:
+        self._store = store
+        self.session_id = session_id
+
+    async def add_items(self, items: list[dict[str, Any]]) -> None:
+        """Encode, then append in one transaction."""
+        await self._store.add(self.session_id, encode(items))
+
+    async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """All items, or the latest ``limit``, oldest first."""
+        return await self._store.get(self.session_id, limit)
+
+    async def pop_item(self) -> dict[str, Any] | None:
+        """Remove and return the newest item."""
+        return await self._store.pop(self.session_id)
+
+    async def clear_session(self) -> None:
+        """Delete the session and its items."""
+        await self._store.clear(self.session_id)
+
+
+class RawSqlite:
+    """aiosqlite: a writer connection behind a lock, a reader connection beside it."""
+
+    def __init__(self, path: str, names: TableNames) -> None:
+        self.path = path
+        s, m = names.sessions, names.messages
+        self.upsert = (
+            f"INSERT INTO {s} (session_id) VALUES (?) ON CONFLICT (session_id) "
+            "DO UPDATE SET updated_at = CURRENT_TIMESTAMP"
+        )
+        self.insert = f"INSERT INTO {m} (session_id, message_data) VALUES (?, ?)"
+        self.latest = (
+            f"SELECT id, message_data FROM {m} WHERE session_id = ? ORDER BY id DESC LIMIT ?"
+        )
+        self.all = f"SELECT id, message_data FROM {m} WHERE session_id = ? ORDER BY id"
+        self.pop_sql = (
+            f"DELETE FROM {m} WHERE id = (SELECT id FROM {m} WHERE session_id = ? "
+            "ORDER BY id DESC LIMIT 1) RETURNING message_data"
+        )
+        self.del_messages = f"DELETE FROM {m} WHERE session_id = ?"
+        self.del_session = f"DELETE FROM {s} WHERE session_id = ?"
+        self.lock = asyncio.Lock()
+        self.writer: aiosqlite.Connection
+        self.reader: aiosqlite.Connection
+
+    async def _connect(self) -> aiosqlite.Connection:
+        conn = await aiosqlite.connect(self.path)
+        for pragma in ("busy_timeout = 30000", "foreign_keys = ON", "journal_mode = WAL"):
+            await conn.execute(f"PRAGMA {pragma}")
+        return conn
+
+    async def open(self) -> None:
+        """Open the writer and the reader connection."""
+        self.writer = await self._connect()
+        self.reader = await self._connect()
+
+    async def close(self) -> None:
+        """Close both connections."""
+        await self.writer.close()
+        await self.reader.close()
+
+    def session(self, session_id: str) -> RawSession:
+        """A session handle (cheap)."""
+        return RawSession(self, session_id)
+
+    async def add(self, sid: str, data: list[str]) -> None:
+        """Upsert the session and insert the rows in one transaction."""
+        if not data:
+            return
+        w = self.writer
+        async with self.lock:
+            try:
+                await w.execute(self.upsert, (sid,))
+                await w.executemany(self.insert, [(sid, d) for d in data])
+                await w.commit()
+            except BaseException:
+                await w.rollback()
+                raise
+
+    async def get(self, sid: str, limit: int | None) -> list[dict[str, Any]]:
+        """One SELECT, decoded oldest first."""
+        r = self.reader
+        if limit is None:
+            rows = await r.execute_fetchall(self.all, (sid,))
+            return [_loads(row[1]) for row in rows]
+        rows = await r.execute_fetchall(self.latest, (sid, limit))
+        return [_loads(row[1]) for row in reversed(list(rows))]
+
+    async def pop(self, sid: str) -> dict[str, Any] | None:
+        """Delete and return the newest row."""
+        w = self.writer
+        async with self.lock:
+            try:
+                rows = list(await w.execute_fetchall(self.pop_sql, (sid,)))
+                await w.commit()
+            except BaseException:
+                await w.rollback()
+                raise
+        return _loads(rows[0][0]) if rows else None
+
+    async def clear(self, sid: str) -> None:
+        """Delete the items and the session row."""
+        w = self.writer
+        async with self.lock:
+            try:
+                await w.execute(self.del_messages, (sid,))
+                await w.execute(self.del_session, (sid,))
+                await w.commit()
+            except BaseException:
+                await w.rollback()
+                raise
+
+
+async def _no_reset(_conn: asyncpg.Connection) -> None:
+    """The store never changes session state, so skip asyncpg's RESET ALL round trip."""
+
+
+class RawPostgres:
+    """asyncpg: one autocommitted statement per operation over a fixed-size pool."""
+
+    def __init__(self, url: str, names: TableNames, pool_size: int) -> None:
+        self.url = url
+        self.pool_size = pool_size
+        s, m = names.sessions, names.messages
+        self.append = (
+            f"WITH s AS (INSERT INTO {s} (session_id) VALUES ($1) "
+            "ON CONFLICT (session_id) DO UPDATE SET updated_at = CURRENT_TIMESTAMP "
+            "RETURNING 1) "
+            f"INSERT INTO {m} (session_id, message_data) "
+            "SELECT $1, t.d FROM unnest($2::text[]) WITH ORDINALITY AS t(d, o) "
+            "WHERE (SELECT count(*) FROM s) = 1 ORDER BY t.o"
+        )
+        self.latest = (
+            f"SELECT id, message_data FROM {m} WHERE session_id = $1 ORDER BY id DESC LIMIT $2"
+        )
+        self.all = f"SELECT id, message_data FROM {m} WHERE session_id = $1 ORDER BY id"
+        self.pop_sql = (
+            f"DELETE FROM {m} WHERE id = (SELECT id FROM {m} WHERE session_id = $1 "
+            "ORDER BY id DESC LIMIT 1 FOR UPDATE) RETURNING message_data"
+        )
+        self.clear_sql = (
+            f"WITH m AS (DELETE FROM {m} WHERE session_id = $1) "
+            f"DELETE FROM {s} WHERE session_id = $1"
+        )
+        self.pool: asyncpg.Pool
+
+    async def open(self) -> None:
+        """Open the pool with all its connections."""
+        self.pool = await asyncpg.create_pool(
+            self.url, min_size=self.pool_size, max_size=self.pool_size, reset=_no_reset
+        )
+
+    async def close(self) -> None:
+        """Close the pool."""
+        await self.pool.close()
+
+    def session(self, session_id: str) -> RawSession:
+        """A session handle (cheap)."""
+        return RawSession(self, session_id)
+
+    async def add(self, sid: str, data: list[str]) -> None:
+        """Upsert the session and insert the rows in one transaction."""
+        if data:
+            await self.pool.execute(self.append, sid, data)
+
+    async def get(self, sid: str, limit: int | None) -> list[dict[str, Any]]:
+        """One SELECT, decoded oldest first."""
+        if limit is None:
+            rows = await self.pool.fetch(self.all, sid)
+            return [_loads(row[1]) for row in rows]
+        rows = await self.pool.fetch(self.latest, sid, limit)
+        return [_loads(row[1]) for row in reversed(rows)]
+
+    async def pop(self, sid: str) -> dict[str, Any] | None:
+        """Delete and return the newest row."""
+        row = await self.pool.fetchrow(self.pop_sql, sid)
+        return None if row is None else _loads(row[0])
+
+    async def clear(self, sid: str) -> None:
+        """Delete the items and the session row."""
+        await self.pool.execute(self.clear_sql, sid)
