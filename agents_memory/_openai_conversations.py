@@ -19,12 +19,12 @@ import asyncio
 import logging
 import sys
 from collections.abc import Mapping, Sequence
-from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, cast
 
 from openai import AsyncOpenAI, NotFoundError, Omit, omit
 from openai.types.conversations import ConversationItem
 
+from agents_memory._closing import AsyncClosing
 from agents_memory._codec import encode_items
 from agents_memory._errors import SessionClosedError, SessionNotStartedError
 from agents_memory._ids import validate_session_id
@@ -72,7 +72,7 @@ def _dump(item: ConversationItem) -> dict[str, Any]:
     return item.model_dump(mode="json", exclude_unset=True)
 
 
-class OpenAIConversationsSession(SessionABC):
+class OpenAIConversationsSession(AsyncClosing, SessionABC):
     """One conversation's history, stored by OpenAI in a Conversation.
 
     Pass ``conversation_id`` to continue an existing conversation; without it, one
@@ -294,14 +294,3 @@ class OpenAIConversationsSession(SessionABC):
         self._closed = True
         if self._owns_client:
             await self._client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from types import TracebackType
 from typing import Any, Self
 
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agents_memory._closing import AsyncClosing
 from agents_memory._codec import OnCorrupt, encode_items
 from agents_memory._errors import SessionClosedError
 from agents_memory._ids import validate_session_id
@@ -24,7 +24,7 @@ from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE
 from agents_memory._urls import mask_url
 
 
-class SQLAlchemySession(SessionABC):
+class SQLAlchemySession(AsyncClosing, SessionABC):
     """One conversation's history in SQLite, Postgres or MySQL, through an async SQLAlchemy engine.
 
     Pass ``engine=`` to share your application's engine (the session never closes
@@ -177,14 +177,3 @@ class SQLAlchemySession(SessionABC):
         self._closed = True
         if self._owns_backend:
             await self._backend.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()

@@ -11,13 +11,13 @@ import dataclasses
 import datetime as dt
 import json
 from collections.abc import Mapping
-from types import TracebackType
 from typing import Any, Self
 
 from sqlalchemy import Select, String, bindparam, func, select, tuple_
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agents_memory._closing import AsyncClosing
 from agents_memory._codec import OnCorrupt
 from agents_memory._ids import validate_session_id
 from agents_memory._protocol import SessionSettings
@@ -67,7 +67,7 @@ def _decode_cursor(cursor: str) -> tuple[dt.datetime, str]:
         raise ValueError(msg) from exc
 
 
-class SessionStore:
+class SessionStore(AsyncClosing):
     """Sessions over one engine and one table-name set, plus listing and deletion."""
 
     def __init__(
@@ -187,14 +187,3 @@ class SessionStore:
     async def close(self) -> None:
         """Dispose the engine if the store created it (``from_url``); sessions then raise."""
         await self._backend.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
