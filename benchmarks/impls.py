@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agents_memory import SessionStore, TableNames, create_engine, get_models
 from benchmarks.items import ItemSource
-from benchmarks.raw import RawPostgres, RawSqlite
+from benchmarks.raw import RawMysql, RawPostgres, RawSqlite
 
 PG_POOL_SIZE = 10
 """Connections per implementation on Postgres: a fixed pool of 10 for everyone."""
@@ -50,11 +50,12 @@ class Impl:
 class Database:
     """Where the implementations run: SQLite files in a directory, or one Postgres server."""
 
-    key: str  # "sqlite" or "postgres"
+    key: str  # "sqlite", "postgres" or "mysql"
     title: str
     tag: str
     directory: Path | None = None
     postgres_url: str | None = None
+    """The server's URL (Postgres or MySQL/MariaDB; the name predates MySQL)."""
     created: list[TableNames] = dataclasses.field(default_factory=list)
 
     def names(self, impl: str) -> TableNames:
@@ -71,8 +72,18 @@ class Database:
         return str(self.directory / f"{impl}.db")
 
     async def drop_tables(self) -> None:
-        """Drop every table this run created on the Postgres server (nothing else)."""
+        """Drop every table this run created on the server (nothing else)."""
         if self.postgres_url is None or not self.created:
+            return
+        if self.key == "mysql":
+            engine = create_engine(self.postgres_url)
+            try:
+                async with engine.begin() as sa_conn:
+                    for names in self.created:
+                        for table in (names.messages, names.sessions, names.version_table):
+                            await sa_conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+            finally:
+                await engine.dispose()
             return
         conn = await asyncpg.connect(self.postgres_url)
         try:
@@ -113,8 +124,15 @@ async def _raw(db: Database) -> Impl:
         engine = create_engine(url)
         await _create_schema(engine, names)
         await engine.dispose()
-        store: RawSqlite | RawPostgres = RawSqlite(db.sqlite_path("raw"), names)
+        store: RawSqlite | RawPostgres | RawMysql = RawSqlite(db.sqlite_path("raw"), names)
         label = "aiosqlite"
+    elif db.key == "mysql":
+        url = db.postgres_url or ""
+        engine = create_engine(url)
+        await _create_schema(engine, names)
+        await engine.dispose()
+        store = RawMysql(url, names, PG_POOL_SIZE)
+        label = "asyncmy"
     else:
         url = db.postgres_url or ""
         engine = create_engine(url)
@@ -201,7 +219,7 @@ async def _stdlib(db: Database) -> Impl:
 async def build(db: Database, items: ItemSource, *, peers: bool) -> list[Impl]:
     """Raw first (the ratios' denominator), then the peers when installed, then ours."""
     builders: list[Callable[[Database], Awaitable[Impl]]] = [_raw]
-    if peers and has_agents_sdk():
+    if peers and has_agents_sdk() and db.key != "mysql":  # the SDK cannot create MySQL tables
         builders.append(_sdk)
         if db.key == "sqlite":
             builders.append(_stdlib)

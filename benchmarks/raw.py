@@ -9,6 +9,11 @@ SQLite (aiosqlite): one writer connection behind an ``asyncio.Lock`` and one rea
 connection (WAL lets it read while the writer writes). ``add_items`` = upsert + executemany
 + commit; reads are one ``execute_fetchall``; pop = ``DELETE ... RETURNING`` + commit.
 
+MySQL/MariaDB (asyncmy): a pool; ``add_items`` = session upsert (``ON DUPLICATE KEY``,
+which row-locks the session so concurrent batches stay contiguous) + executemany + commit;
+pop = ``SELECT ... FOR UPDATE`` + ``DELETE`` + commit (MySQL has no ``DELETE ... RETURNING``);
+clear = one ``DELETE`` of the session row, its items going by ``ON DELETE CASCADE``.
+
 Postgres (asyncpg): a pool without the per-release ``RESET ALL`` round trip (the store never
 changes session state), every operation one autocommitted statement: ``add_items`` is a
 data-modifying CTE (session upsert + ``unnest`` insert), pop a ``FOR UPDATE`` sub-select.
@@ -21,7 +26,9 @@ import json
 from typing import Any
 
 import aiosqlite
+import asyncmy
 import asyncpg
+from sqlalchemy.engine import make_url
 
 from agents_memory import TableNames
 
@@ -39,7 +46,7 @@ class RawSession:
 
     __slots__ = ("_store", "session_id")
 
-    def __init__(self, store: RawSqlite | RawPostgres, session_id: str) -> None:
+    def __init__(self, store: RawSqlite | RawPostgres | RawMysql, session_id: str) -> None:
         self._store = store
         self.session_id = session_id
 
@@ -221,3 +228,103 @@ class RawPostgres:
     async def clear(self, sid: str) -> None:
         """Delete the items and the session row."""
         await self.pool.execute(self.clear_sql, sid)
+
+
+class RawMysql:
+    """asyncmy: one transaction per write over a fixed-size pool, autocommitted reads."""
+
+    def __init__(self, url: str, names: TableNames, pool_size: int) -> None:
+        self.url = make_url(url)
+        self.pool_size = pool_size
+        s, m = names.sessions, names.messages
+        self.upsert = (
+            f"INSERT INTO {s} (session_id) VALUES (%s) "
+            "ON DUPLICATE KEY UPDATE updated_at = CURRENT_TIMESTAMP(6)"
+        )
+        self.insert = f"INSERT INTO {m} (session_id, message_data) VALUES (%s, %s)"
+        self.latest = (
+            f"SELECT id, message_data FROM {m} WHERE session_id = %s ORDER BY id DESC LIMIT %s"
+        )
+        self.all = f"SELECT id, message_data FROM {m} WHERE session_id = %s ORDER BY id"
+        self.lock_newest = (
+            f"SELECT id, message_data FROM {m} WHERE session_id = %s "
+            "ORDER BY id DESC LIMIT 1 FOR UPDATE"
+        )
+        self.delete_one = f"DELETE FROM {m} WHERE id = %s"
+        self.clear_sql = f"DELETE FROM {s} WHERE session_id = %s"
+        self.pool: Any
+
+    async def open(self) -> None:
+        """Open the pool with all its connections."""
+        u = self.url
+        self.pool = await asyncmy.create_pool(
+            host=u.host or "127.0.0.1",
+            port=u.port or 3306,
+            user=u.username or "root",
+            password=u.password or "",
+            db=u.database,
+            charset="utf8mb4",
+            minsize=self.pool_size,
+            maxsize=self.pool_size,
+            autocommit=True,
+        )
+
+    async def close(self) -> None:
+        """Close the pool."""
+        self.pool.close()
+        await self.pool.wait_closed()
+
+    def session(self, session_id: str) -> RawSession:
+        """A session handle (cheap)."""
+        return RawSession(self, session_id)
+
+    async def _write(self, statements: list[tuple[str, Any, bool]]) -> list[Any]:
+        async with self.pool.acquire() as conn:
+            await conn.begin()
+            try:
+                out: list[Any] = []
+                async with conn.cursor() as cur:
+                    for sql, args, many in statements:
+                        await (cur.executemany if many else cur.execute)(sql, args)
+                        out.append(await cur.fetchall() if cur.description else None)
+                await conn.commit()
+            except BaseException:
+                await conn.rollback()
+                raise
+        return out
+
+    async def add(self, sid: str, data: list[str]) -> None:
+        """Upsert (and lock) the session, insert the rows, commit."""
+        if data:
+            await self._write(
+                [(self.upsert, (sid,), False), (self.insert, [(sid, d) for d in data], True)]
+            )
+
+    async def get(self, sid: str, limit: int | None) -> list[dict[str, Any]]:
+        """One SELECT, decoded oldest first."""
+        async with self.pool.acquire() as conn, conn.cursor() as cur:
+            if limit is None:
+                await cur.execute(self.all, (sid,))
+                return [_loads(row[1]) for row in await cur.fetchall()]
+            await cur.execute(self.latest, (sid, limit))
+            return [_loads(row[1]) for row in reversed(await cur.fetchall())]
+
+    async def pop(self, sid: str) -> dict[str, Any] | None:
+        """Lock the newest row, delete it, commit."""
+        async with self.pool.acquire() as conn:
+            await conn.begin()
+            try:
+                async with conn.cursor() as cur:
+                    await cur.execute(self.lock_newest, (sid,))
+                    row = await cur.fetchone()
+                    if row is not None:
+                        await cur.execute(self.delete_one, (row[0],))
+                await conn.commit()
+            except BaseException:
+                await conn.rollback()
+                raise
+        return None if row is None else _loads(row[1])
+
+    async def clear(self, sid: str) -> None:
+        """Delete the session row; its items go by cascade."""
+        await self._write([(self.clear_sql, (sid,), False)])

@@ -40,14 +40,18 @@ DEFAULT_PG = os.environ.get(
     "AGENTS_MEMORY_BENCH_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test"
 )
 COLUMNS = ("raw", "sdk", "stdlib", "ours")
-TITLES = {"sqlite": "SQLite (file, WAL)", "postgres": "Postgres"}
+DEFAULT_MYSQL = os.environ.get("AGENTS_MEMORY_BENCH_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
+TITLES = {"sqlite": "SQLite (file, WAL)", "postgres": "Postgres", "mysql": "MySQL/MariaDB"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (about a minute)")
-    p.add_argument("--db", default="sqlite,postgres", help="comma-separated: sqlite,postgres")
+    p.add_argument(
+        "--db", default="sqlite,postgres,mysql", help="comma-separated: sqlite,postgres,mysql"
+    )
     p.add_argument("--postgres-url", default=DEFAULT_PG)
+    p.add_argument("--mysql-url", default=DEFAULT_MYSQL)
     p.add_argument("--repeats", type=int, help="override the number of repeats (median)")
     p.add_argument("--only", default="", help="run workloads whose key contains this text")
     p.add_argument("--no-peers", action="store_true", help="skip the Agents SDK's classes")
@@ -56,14 +60,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _pg_answers(url: str) -> str | None:
+def _server_answers(url: str, default_port: int) -> str | None:
     parsed = make_url(url)
-    host, port = parsed.host or "127.0.0.1", parsed.port or 5432
+    host, port = parsed.host or "127.0.0.1", parsed.port or default_port
     try:
         with socket.create_connection((host, port), timeout=2):
             return None
     except OSError as exc:
-        return f"no Postgres server at {host}:{port} ({exc})"
+        return f"no server at {host}:{port} ({exc})"
 
 
 async def run_database(
@@ -157,7 +161,7 @@ def print_ratio_table(workloads: list[Workload], all_res: dict[str, Any], sizes:
     ]
     if not cols:
         return
-    short = {"sqlite": "SQLite", "postgres": "PG"}
+    short = {"sqlite": "SQLite", "postgres": "PG", "mysql": "MySQL"}
     print("\n## Ratio to the raw driver (median over repeats of ops/s ÷ raw ops/s)\n")
     print("| workload | " + " | ".join(f"{short[d]} {c}" for d, c in cols) + " |")
     print("|---|" + "---:|" * len(cols))
@@ -204,19 +208,20 @@ async def main_async(args: argparse.Namespace) -> int:
     scales: dict[str, ScaleResult] = {}
     started = time.perf_counter()
     for db_key in [d.strip() for d in args.db.split(",") if d.strip()]:
-        if db_key == "postgres":
-            reason = _pg_answers(args.postgres_url)
+        if db_key in ("postgres", "mysql"):
+            url = args.postgres_url if db_key == "postgres" else args.mysql_url
+            reason = _server_answers(url, 5432 if db_key == "postgres" else 3306)
             if reason:
-                print(f"skipping Postgres: {reason}; pass --postgres-url or --db sqlite")
+                print(f"skipping {TITLES[db_key]}: {reason}; pass --{db_key}-url or leave it out")
                 continue
-            db = Database("postgres", TITLES["postgres"], tag, postgres_url=args.postgres_url)
+            db = Database(db_key, TITLES[db_key], tag, postgres_url=url)
             res, scale = await run_database(db, ctx, workloads, args)
         elif db_key == "sqlite":
             with tempfile.TemporaryDirectory(prefix="agents-memory-bench-") as tmp:
                 db = Database("sqlite", TITLES["sqlite"], tag, directory=Path(tmp))
                 res, scale = await run_database(db, ctx, workloads, args)
         else:
-            print(f"unknown database {db_key!r}: use sqlite and/or postgres")
+            print(f"unknown database {db_key!r}: use sqlite, postgres and/or mysql")
             return 2
         all_res[db_key] = res
         if scale is not None:
