@@ -116,9 +116,7 @@ def decode_row(data: object, *, row_id: object, on_corrupt: OnCorrupt) -> dict[s
     return None
 
 
-def decode_rows(
-    rows: Iterable[tuple[object, object]], *, on_corrupt: OnCorrupt
-) -> list[dict[str, Any]]:
+def decode_rows(rows: Iterable[Sequence[object]], *, on_corrupt: OnCorrupt) -> list[dict[str, Any]]:
     """Decode ``(id, message_data)`` rows in order, skipping (or raising on) corrupt ones."""
     out: list[dict[str, Any]] = []
     for row_id, data in rows:

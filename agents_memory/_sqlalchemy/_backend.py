@@ -2,12 +2,18 @@
 
 A session object is cheap (a backend and an id); the backend keeps the
 prepared statements and the engine's shared write lock.
+
+Each operation runs on the driver itself when it can (``_driver``: aiosqlite or
+asyncpg, on an engine that nobody observes with ``echo`` or execution events),
+and through SQLAlchemy Core otherwise; both run the same SQL with the same
+guarantees, errors and cancellation behaviour.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import Executable, Row
@@ -15,13 +21,30 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agents_memory._codec import OnCorrupt, decode_row, decode_rows
 from agents_memory._errors import SessionClosedError
+from agents_memory._sqlalchemy import _lite
 from agents_memory._sqlalchemy._cancel import cancel_safe
+from agents_memory._sqlalchemy._driver import DriverPath, observed
 from agents_memory._sqlalchemy._engine import EngineState, engine_state
 from agents_memory._sqlalchemy._faults import connection_errors, retry_unsent
 from agents_memory._sqlalchemy._mysql import check_packet_size, max_packet
+from agents_memory._sqlalchemy._pg import PgPath
 from agents_memory._sqlalchemy._schema import ensure_schema, schema_errors
 from agents_memory._sqlalchemy._statements import Statements, statements_for
 from agents_memory._tables import TableNames
+
+
+def _driver_path(
+    engine: AsyncEngine, state: EngineState, st: Statements, on_corrupt: OnCorrupt
+) -> DriverPath | None:
+    """The driver path for this engine's driver, or None where only SQLAlchemy's will do."""
+    driver = engine.dialect.driver
+    if st.driver is None:
+        return None
+    if driver == "aiosqlite" and _lite.supported():
+        return _lite.LitePath(engine, state, st.driver, on_corrupt)
+    if driver == "asyncpg":
+        return PgPath(engine, st.driver, on_corrupt)
+    return None
 
 
 class Backend:
@@ -56,6 +79,7 @@ class Backend:
         self._create_tables = create_tables
         self._schema_ready = False
         self._closed = False
+        self._driver: DriverPath | None = _driver_path(engine, self.state, self.st, on_corrupt)
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -69,6 +93,20 @@ class Backend:
         if not self._schema_ready:
             await ensure_schema(self.engine, self.names, create=self._create_tables)
             self._schema_ready = True
+
+    async def _fast(self) -> DriverPath | None:
+        """Prepare for an operation; the driver path to run it on, if this engine allows one."""
+        with connection_errors(self.engine):
+            await self._prepare()
+        if self._driver is None or observed(self.engine):
+            return None
+        return self._driver
+
+    @contextlib.contextmanager
+    def _driver_errors(self) -> Iterator[None]:
+        """The same error translation as the SQLAlchemy path's ``_read`` and ``_write``."""
+        with connection_errors(self.engine), schema_errors(self.engine, self.names):
+            yield
 
     @contextlib.asynccontextmanager
     async def _read(self) -> AsyncIterator[AsyncConnection]:
@@ -125,6 +163,10 @@ class Backend:
         """Append already-encoded items in one transaction."""
         if not data:
             return
+        if fast := await self._fast():
+            with self._driver_errors():
+                await fast.add(session_id, data)
+            return
         st = self.st
         if st.append is not None:
             async with self._write(single_statement=True) as conn:
@@ -144,6 +186,18 @@ class Backend:
         """All items, or the latest ``limit`` valid ones, oldest first."""
         if limit == 0:
             return []
+        if fast := await self._fast():
+            with self._driver_errors():
+                if limit is None:
+                    return decode_rows(
+                        await fast.everything(session_id), on_corrupt=self.on_corrupt
+                    )
+                rows = await fast.latest(session_id, limit)
+                items = decode_rows(reversed(rows), on_corrupt=self.on_corrupt)
+                if len(items) < limit and len(rows) == limit:
+                    older = functools.partial(fast.older, session_id)
+                    items = await self._refill(older, items, limit, int(rows[-1][0]))
+                return items
         st = self.st
         async with self._read() as conn:
             if limit is None:
@@ -152,13 +206,17 @@ class Backend:
             rows = (await conn.execute(st.select_latest, {"sid": session_id, "n": limit})).all()
             items = decode_rows(reversed(rows), on_corrupt=self.on_corrupt)
             if len(items) < limit and len(rows) == limit:
-                items = await self._refill(conn, session_id, items, limit, int(rows[-1][0]))
+
+                async def older_rows(before: int, n: int) -> Sequence[Row[Any]]:
+                    params = {"sid": session_id, "before": before, "n": n}
+                    return (await conn.execute(st.select_older, params)).all()
+
+                items = await self._refill(older_rows, items, limit, int(rows[-1][0]))
             return items
 
     async def _refill(
         self,
-        conn: AsyncConnection,
-        session_id: str,
+        older: Callable[[int, int], Awaitable[Sequence[Any]]],
         items: list[dict[str, Any]],
         limit: int,
         before: int,
@@ -166,11 +224,10 @@ class Backend:
         """Corrupt rows were skipped: read further back so ``limit`` still counts valid items."""
         while len(items) < limit:
             want = limit - len(items)
-            params = {"sid": session_id, "before": before, "n": want}
-            rows: Sequence[Row[Any]] = (await conn.execute(self.st.select_older, params)).all()
+            rows = await older(before, want)
             if not rows:
                 break
-            items = decode_rows(reversed(rows), on_corrupt=self.on_corrupt) + items  # type: ignore[arg-type]
+            items = decode_rows(reversed(rows), on_corrupt=self.on_corrupt) + items
             before = int(rows[-1][0])
             if len(rows) < want:
                 break
@@ -183,13 +240,23 @@ class Backend:
             raise ValueError(msg)
         after = -1
         while True:
-            params = {"sid": session_id, "after": after, "n": batch_size}
-            rows = await self.fetch(self.st.select_after, params)
-            for item in decode_rows(rows, on_corrupt=self.on_corrupt):  # type: ignore[arg-type]
+            rows = await self._batch(session_id, after, batch_size)
+            for item in decode_rows(rows, on_corrupt=self.on_corrupt):
                 yield item
             if len(rows) < batch_size:
                 return
             after = int(rows[-1][0])
+
+    @cancel_safe
+    @retry_unsent
+    async def _batch(self, session_id: str, after: int, n: int) -> Sequence[Any]:
+        """One batch of ``iterate``: up to ``n`` rows above ``after``, oldest first."""
+        if fast := await self._fast():
+            with self._driver_errors():
+                return await fast.after(session_id, after, n)
+        async with self._read() as conn:
+            params = {"sid": session_id, "after": after, "n": n}
+            return (await conn.execute(self.st.select_after, params)).all()
 
     @cancel_safe
     @retry_unsent
@@ -209,6 +276,9 @@ class Backend:
         and the next one is popped. With ``on_corrupt="raise"`` the transaction rolls
         back instead, leaving the row for inspection.
         """
+        if fast := await self._fast():
+            with self._driver_errors():
+                return await fast.pop(session_id)
         if self.st.pop_delete is not None:
             return await self._pop_locked(session_id, self.st.pop_delete)
         single = self.on_corrupt == "skip"
@@ -241,6 +311,9 @@ class Backend:
     @retry_unsent
     async def clear(self, session_id: str) -> bool:
         """Delete the session row and all its items at once; True if the session existed."""
+        if fast := await self._fast():
+            with self._driver_errors():
+                return await fast.clear(session_id)
         st = self.st
         if st.clear is not None:
             async with self._write(single_statement=True) as conn:

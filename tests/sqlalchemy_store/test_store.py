@@ -98,7 +98,8 @@ async def test_servers_run_sessions_in_parallel(backend: Any, store: SessionStor
     """On Postgres and MySQL, concurrent writes use several pooled connections (no global lock).
 
     On SQLite the writers queue on one per-engine lock instead, so writers never hold
-    more than one connection at a time.
+    more than one pooled connection at a time (none at all once the store keeps its own
+    connections; test_driver_path checks that SQLite writers never overlap).
     """
     in_use = 0
     peak = 0
@@ -119,7 +120,7 @@ async def test_servers_run_sessions_in_parallel(backend: Any, store: SessionStor
     if backend.kind != "sqlite":
         assert peak > 1
     else:
-        assert peak == 1
+        assert peak <= 1
 
 
 async def test_metadata_set_get_and_filter(store: SessionStore) -> None:
