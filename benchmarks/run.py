@@ -57,7 +57,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-peers", action="store_true", help="skip the Agents SDK's classes")
     p.add_argument("--no-scale", action="store_true", help="skip the 100k-item measurements")
     p.add_argument("--json", type=Path, help="also write every measurement to this file")
+    p.add_argument(
+        "--cpu",
+        type=int,
+        default=1,
+        help="pin this process to that many CPUs (default 1; -1: no pinning)",
+    )
     return p.parse_args(argv)
+
+
+def pin_cpus(count: int) -> str:
+    """Pin the process to ``count`` CPUs and say what was done.
+
+    With the event loop, driver threads and the database server free to migrate
+    between a few shared cores, repeats differ by more than the effects measured.
+    Pinned, every implementation runs under the same constraint, one at a time,
+    and the ratios are steady; the server stays unpinned.
+    """
+    if count < 1:
+        return "not pinned"
+    setaffinity = getattr(os, "sched_setaffinity", None)
+    if setaffinity is None:
+        return "not pinned (no sched_setaffinity on this platform)"
+    available = sorted(os.sched_getaffinity(0))
+    chosen = set(available[-count:])
+    setaffinity(0, chosen)
+    return f"pinned to CPU {','.join(map(str, sorted(chosen)))}"
 
 
 def _server_answers(url: str, default_port: int) -> str | None:
@@ -197,9 +222,10 @@ async def main_async(args: argparse.Namespace) -> int:
     workloads = [w for w in WORKLOADS if args.only in w.key]
     ctx = Ctx(ItemSource(), sizes)
     tag = uuid.uuid4().hex[:8]
+    pinned = pin_cpus(args.cpu)
     print(
         f"agents_memory {agents_memory.__version__}, SQLAlchemy {sqlalchemy.__version__}, "
-        f"Python {platform.python_version()}, {os.cpu_count()} CPUs; "
+        f"Python {platform.python_version()}, {os.cpu_count()} CPUs ({pinned}); "
         f"items {ctx.items.mean_bytes():.0f} bytes on average; "
         f"{sizes.repeats} repeats{' (quick)' if args.quick else ''}; "
         f"peers {'installed' if has_agents_sdk() else 'not installed'}",

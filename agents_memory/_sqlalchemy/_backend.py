@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Executable, Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -31,6 +31,8 @@ from agents_memory._sqlalchemy._pg import PgPath
 from agents_memory._sqlalchemy._schema import ensure_schema, schema_errors
 from agents_memory._sqlalchemy._statements import Statements, statements_for
 from agents_memory._tables import TableNames
+
+T = TypeVar("T")
 
 
 def _driver_path(
@@ -156,13 +158,45 @@ class Backend:
             await self.engine.dispose()
 
     # -- the protocol -------------------------------------------------------------------------
+    #
+    # Each operation first tries the driver path directly (``_direct``), with no wrapper:
+    # that is the hot path. The first call on a backend (schema not yet checked), a closed
+    # backend and an observed engine go through the wrapped method instead, which prepares,
+    # is cancel-safe, retries an unsent statement, and still prefers the driver path.
 
-    @cancel_safe
+    def _direct(self) -> DriverPath | None:
+        """The driver path, if this operation can take it with no wrapper around it.
+
+        That needs the schema checked, an open backend and an unobserved engine; the
+        driver paths handle cancellation themselves (asyncpg: the server cancels the
+        statement; aiosqlite: a started job finishes before the cancel is raised).
+        """
+        if self._schema_ready and not self._closed and not observed(self.engine):
+            return self._driver
+        return None
+
     @retry_unsent
+    async def _on_driver(
+        self,
+        op: Callable[..., Awaitable[T]],
+        *args: Any,  # noqa: ANN401
+    ) -> T:
+        """Run ``op(*args)`` on the driver path, with the SQLAlchemy path's error translation."""
+        with self._driver_errors():
+            return await op(*args)
+
     async def add(self, session_id: str, data: Sequence[str]) -> None:
         """Append already-encoded items in one transaction."""
         if not data:
             return
+        if fast := self._direct():
+            await self._on_driver(fast.add, session_id, data)
+            return
+        await self._add(session_id, data)
+
+    @cancel_safe
+    @retry_unsent
+    async def _add(self, session_id: str, data: Sequence[str]) -> None:
         if fast := await self._fast():
             with self._driver_errors():
                 await fast.add(session_id, data)
@@ -180,24 +214,32 @@ class Backend:
             await conn.execute(st.upsert_session, {"sid": session_id})
             await conn.execute(st.insert_messages, [{"sid": session_id, "data": d} for d in data])
 
-    @cancel_safe
-    @retry_unsent
     async def get(self, session_id: str, limit: int | None) -> list[dict[str, Any]]:
         """All items, or the latest ``limit`` valid ones, oldest first."""
         if limit == 0:
             return []
+        if fast := self._direct():
+            return await self._on_driver(self._get_on, fast, session_id, limit)
+        return await self._get(session_id, limit)
+
+    async def _get_on(
+        self, fast: DriverPath, session_id: str, limit: int | None
+    ) -> list[dict[str, Any]]:
+        if limit is None:
+            return decode_rows(await fast.everything(session_id), on_corrupt=self.on_corrupt)
+        rows = await fast.latest(session_id, limit)
+        items = decode_rows(reversed(rows), on_corrupt=self.on_corrupt)
+        if len(items) < limit and len(rows) == limit:
+            older = functools.partial(fast.older, session_id)
+            items = await self._refill(older, items, limit, int(rows[-1][0]))
+        return items
+
+    @cancel_safe
+    @retry_unsent
+    async def _get(self, session_id: str, limit: int | None) -> list[dict[str, Any]]:
         if fast := await self._fast():
             with self._driver_errors():
-                if limit is None:
-                    return decode_rows(
-                        await fast.everything(session_id), on_corrupt=self.on_corrupt
-                    )
-                rows = await fast.latest(session_id, limit)
-                items = decode_rows(reversed(rows), on_corrupt=self.on_corrupt)
-                if len(items) < limit and len(rows) == limit:
-                    older = functools.partial(fast.older, session_id)
-                    items = await self._refill(older, items, limit, int(rows[-1][0]))
-                return items
+                return await self._get_on(fast, session_id, limit)
         st = self.st
         async with self._read() as conn:
             if limit is None:
@@ -240,7 +282,10 @@ class Backend:
             raise ValueError(msg)
         after = -1
         while True:
-            rows = await self._batch(session_id, after, batch_size)
+            if fast := self._direct():
+                rows = await self._on_driver(fast.after, session_id, after, batch_size)
+            else:
+                rows = await self._batch(session_id, after, batch_size)
             for item in decode_rows(rows, on_corrupt=self.on_corrupt):
                 yield item
             if len(rows) < batch_size:
@@ -267,8 +312,6 @@ class Backend:
         async with self._read() as conn:
             return (await conn.execute(statement, params)).all()
 
-    @cancel_safe
-    @retry_unsent
     async def pop(self, session_id: str) -> dict[str, Any] | None:
         """Atomically remove and return the newest valid item.
 
@@ -276,6 +319,13 @@ class Backend:
         and the next one is popped. With ``on_corrupt="raise"`` the transaction rolls
         back instead, leaving the row for inspection.
         """
+        if fast := self._direct():
+            return await self._on_driver(fast.pop, session_id)
+        return await self._pop(session_id)
+
+    @cancel_safe
+    @retry_unsent
+    async def _pop(self, session_id: str) -> dict[str, Any] | None:
         if fast := await self._fast():
             with self._driver_errors():
                 return await fast.pop(session_id)
@@ -307,10 +357,15 @@ class Backend:
             if item is not None:
                 return item
 
-    @cancel_safe
-    @retry_unsent
     async def clear(self, session_id: str) -> bool:
         """Delete the session row and all its items at once; True if the session existed."""
+        if fast := self._direct():
+            return await self._on_driver(fast.clear, session_id)
+        return await self._clear(session_id)
+
+    @cancel_safe
+    @retry_unsent
+    async def _clear(self, session_id: str) -> bool:
         if fast := await self._fast():
             with self._driver_errors():
                 return await fast.clear(session_id)

@@ -9,6 +9,11 @@ connection *is* the database, so all of it is lost. So on SQLite an operation ru
 to completion in its own task, and the caller's ``CancelledError`` is raised after
 it: the session is left fully before or fully after the operation.
 
+The SQLite driver path (``_lite``) gets the same guarantee more cheaply once the
+backend is ready: a write is one job on the connection's thread, and its cancel is
+raised when the job is done; so only the SQLAlchemy path and a backend's first
+operation (which checks the schema) are wrapped here.
+
 Postgres needs none of this: a cancelled statement is cancelled on the server and
 the connection is dropped, which rolls back anything uncommitted, so cancels there
 stay prompt.

@@ -7,7 +7,8 @@ pool's rollback-on-return) and an append six or more. Here:
 
 * a write is one job that runs ``BEGIN IMMEDIATE ... COMMIT`` on the connection's
   thread and rolls back on any error: atomic in one hop, and a caller cancelled
-  while it runs cannot leave a transaction open (the job finishes either way);
+  while it runs cannot leave a transaction open (the job finishes either way, and
+  the cancel is raised once it has: ``_settle``);
 * a read is one ``execute_fetchall``: one hop;
 * a few connections are kept instead of being checked in after each operation,
   which would cost the rollback hop: they are detached from the engine's pool
@@ -109,6 +110,27 @@ def _clear_job(conn: sqlite3.Connection, sql: DriverSQL, sid: str) -> bool:
         conn.rollback()
         raise
     return existed
+
+
+def _nothing() -> None:
+    """A job that only marks its place in the connection's queue."""
+
+
+async def _settle(driver: aiosqlite.Connection) -> None:
+    """Wait, through any further cancels, until the jobs queued on ``driver`` have run.
+
+    A cancel cannot stop a job on the connection's thread: the transaction runs on
+    to its COMMIT (or rollback). Raising the cancel only after that keeps the write
+    lock held and the connection out of use until then, and leaves the session
+    fully before or fully after the operation when the caller sees the cancel.
+    Jobs run in order, so a no-op queued behind the job finishes after it.
+    """
+    marker = asyncio.ensure_future(driver._execute(_nothing))  # type: ignore[no-untyped-call]  # noqa: SLF001
+    while not marker.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(marker)
+    if not marker.cancelled():
+        marker.exception()  # retrieved: a closed connection has nothing left to wait for
 
 
 # -- kept connections ---------------------------------------------------------------------------
@@ -237,7 +259,11 @@ class LitePath:
             broken = False
             try:
                 driver = lease.driver
-                result: T = await driver._execute(job, driver._conn, *args)  # type: ignore[no-untyped-call]  # noqa: SLF001
+                try:
+                    result: T = await driver._execute(job, driver._conn, *args)  # type: ignore[no-untyped-call]  # noqa: SLF001
+                except asyncio.CancelledError:
+                    await _settle(driver)
+                    raise
             except Exception as exc:
                 err, broken = self._failed(lease, exc, statement, args[1:])
                 if err is exc:

@@ -269,3 +269,36 @@ async def test_dispose_closes_kept_connections(file_backend: Any, names: Any) ->
     assert all(d._connection is None for d in drivers)  # closed, not just forgotten
     assert await s.get_items() == [item(1)]
     await engine.dispose()
+
+
+async def test_cancelled_sqlite_write_settles_before_the_cancel(
+    file_backend: Any, store: SessionStore
+) -> None:
+    """A SQLite write cancelled mid-job raises the cancel only once its job has committed.
+
+    Another process-like connection holds the file's write lock, so the job waits inside
+    ``BEGIN IMMEDIATE`` on the connection's thread, where a cancel cannot reach it. The
+    caller's cancel must wait for the job; the batch is then wholly there.
+    """
+    if file_backend.kind != "sqlite":
+        pytest.skip("the one-job writes are SQLite's")
+    s = store.session("settle")
+    await s.add_items([item(0)])  # the backend is ready: the next write takes the driver path
+    path = store.engine.url.database
+    assert path
+    blocker = sqlite3.connect(path, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        task = asyncio.create_task(s.add_items([item(1), item(2)]))
+        await asyncio.sleep(0.2)  # the job is now waiting for the file lock
+        task.cancel()
+        await asyncio.sleep(0.2)
+        assert not task.done()  # held until the job has finished
+        blocker.execute("COMMIT")
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        blocker.close()
+    assert await s.get_items() == [item(0), item(1), item(2)]
+    await s.add_items([item(3)])
+    assert await s.get_items(limit=1) == [item(3)]
