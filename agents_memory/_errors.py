@@ -42,8 +42,9 @@ class DatabaseConnectionError(AgentsMemoryError, ConnectionError):
 
 
 class DatabaseBusyError(AgentsMemoryError, TimeoutError):
-    """SQLite stayed locked by another connection or process for longer than its busy timeout.
+    """The database kept refusing the operation's locks: nothing was applied, retry later.
 
-    Nothing of the operation was applied, so it is safe to retry. Seen when several
-    processes write one SQLite file flat out; Postgres has no such limit.
+    SQLite: locked by another connection or process for longer than its busy
+    timeout (seen when several processes write one file flat out). Postgres and
+    MySQL/MariaDB: chosen as a deadlock victim on every automatic retry.
     """

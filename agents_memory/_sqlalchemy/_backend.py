@@ -25,7 +25,7 @@ from agents_memory._sqlalchemy import _lite
 from agents_memory._sqlalchemy._cancel import cancel_safe
 from agents_memory._sqlalchemy._driver import DriverPath, observed
 from agents_memory._sqlalchemy._engine import EngineState, engine_state
-from agents_memory._sqlalchemy._faults import connection_errors, retry_unsent
+from agents_memory._sqlalchemy._faults import connection_errors, retry_when_safe
 from agents_memory._sqlalchemy._mysql import check_packet_size, max_packet
 from agents_memory._sqlalchemy._pg import PgPath
 from agents_memory._sqlalchemy._schema import ensure_schema, schema_errors
@@ -162,7 +162,7 @@ class Backend:
     # Each operation first tries the driver path directly (``_direct``), with no wrapper:
     # that is the hot path. The first call on a backend (schema not yet checked), a closed
     # backend and an observed engine go through the wrapped method instead, which prepares,
-    # is cancel-safe, retries an unsent statement, and still prefers the driver path.
+    # is cancel-safe, retries what is safe to retry, and still prefers the driver path.
 
     def _direct(self) -> DriverPath | None:
         """The driver path, if this operation can take it with no wrapper around it.
@@ -175,7 +175,7 @@ class Backend:
             return self._driver
         return None
 
-    @retry_unsent
+    @retry_when_safe
     async def _on_driver(
         self,
         op: Callable[..., Awaitable[T]],
@@ -195,7 +195,7 @@ class Backend:
         await self._add(session_id, data)
 
     @cancel_safe
-    @retry_unsent
+    @retry_when_safe
     async def _add(self, session_id: str, data: Sequence[str]) -> None:
         if fast := await self._fast():
             with self._driver_errors():
@@ -235,7 +235,7 @@ class Backend:
         return items
 
     @cancel_safe
-    @retry_unsent
+    @retry_when_safe
     async def _get(self, session_id: str, limit: int | None) -> list[dict[str, Any]]:
         if fast := await self._fast():
             with self._driver_errors():
@@ -293,7 +293,7 @@ class Backend:
             after = int(rows[-1][0])
 
     @cancel_safe
-    @retry_unsent
+    @retry_when_safe
     async def _batch(self, session_id: str, after: int, n: int) -> Sequence[Any]:
         """One batch of ``iterate``: up to ``n`` rows above ``after``, oldest first."""
         if fast := await self._fast():
@@ -304,7 +304,7 @@ class Backend:
             return (await conn.execute(self.st.select_after, params)).all()
 
     @cancel_safe
-    @retry_unsent
+    @retry_when_safe
     async def fetch(
         self, statement: Executable, params: dict[str, Any] | None = None
     ) -> Sequence[Row[Any]]:
@@ -324,7 +324,7 @@ class Backend:
         return await self._pop(session_id)
 
     @cancel_safe
-    @retry_unsent
+    @retry_when_safe
     async def _pop(self, session_id: str) -> dict[str, Any] | None:
         if fast := await self._fast():
             with self._driver_errors():
@@ -364,7 +364,7 @@ class Backend:
         return await self._clear(session_id)
 
     @cancel_safe
-    @retry_unsent
+    @retry_when_safe
     async def _clear(self, session_id: str) -> bool:
         if fast := await self._fast():
             with self._driver_errors():

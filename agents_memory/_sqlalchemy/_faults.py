@@ -10,8 +10,10 @@ thing to check.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
+import random
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -25,6 +27,12 @@ from agents_memory._urls import mask_url
 _CONNECT_SQLSTATES = {"28000", "28P01", "3D000", "57P03", "53300"}
 # ... and those that mean "the server ended this connection".
 _LOST_SQLSTATES = {"57P01", "57P02"}
+# A deadlock victim's work was rolled back whole: Postgres' deadlock_detected, InnoDB's
+# ER_LOCK_DEADLOCK (which rolls back the whole transaction, not just the statement).
+_DEADLOCK_SQLSTATES = {"40P01"}
+_MYSQL_DEADLOCK = 1213
+DEADLOCK_RETRIES = 5
+"""How many times an operation chosen as a deadlock victim is run again before giving up."""
 _SQLITE_CANTOPEN = 14
 _SQLITE_BUSY = 5  # extended codes (busy recovery/snapshot/timeout) share the low byte
 # asyncpg refuses to *start* a statement on a connection the server has already ended
@@ -123,25 +131,60 @@ def _unsent(exc: DatabaseConnectionError) -> bool:
     return any(marker in text for marker in _UNSENT_MARKERS)
 
 
-def retry_unsent(
+def _deadlocked(exc: DBAPIError) -> bool:
+    """True when the database rolled this operation back to break a deadlock."""
+    orig = exc.orig
+    if str(getattr(orig, "sqlstate", None) or "") in _DEADLOCK_SQLSTATES:
+        return True
+    args: tuple[object, ...] = getattr(orig, "args", ())
+    return bool(args) and args[0] == _MYSQL_DEADLOCK
+
+
+def retry_when_safe(
     method: Callable[Concatenate[S, P], Coroutine[Any, Any, T]],
 ) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
-    """Run an operation again, once, if its connection turned out dead before anything was sent.
+    """Run an operation again when the database guarantees none of it was applied.
 
-    A pooled connection whose server went away is usually caught at checkout
-    (``_engine``); this covers the moment between the server's goodbye and the
-    socket closing. The pool has been invalidated by then, so the second attempt
-    runs on a fresh connection. Any other failure is raised as it is: a statement
-    that may have reached the server is never sent twice.
+    Two such cases:
+
+    * its connection turned out dead before anything was sent (retried once). A
+      pooled connection whose server went away is usually caught at checkout
+      (``_engine``); this covers the moment between the server's goodbye and the
+      socket closing. The pool has been invalidated by then, so the second attempt
+      runs on a fresh connection;
+    * it was chosen as a deadlock victim (concurrent pops on MySQL/MariaDB meet
+      InnoDB's next-key locks): its transaction was rolled back whole. It is run
+      again after a short random pause, up to ``DEADLOCK_RETRIES`` times, then
+      :class:`DatabaseBusyError`.
+
+    Any other failure is raised as it is: a statement that may have taken effect
+    is never sent twice.
     """
 
     @functools.wraps(method)
     async def wrapper(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            return await method(self, *args, **kwargs)
-        except DatabaseConnectionError as exc:
-            if not _unsent(exc):
-                raise
-        return await method(self, *args, **kwargs)
+        resent = False
+        deadlocks = 0
+        while True:
+            try:
+                return await method(self, *args, **kwargs)
+            except DatabaseConnectionError as exc:
+                if resent or not _unsent(exc):
+                    raise
+                resent = True
+            except DBAPIError as exc:
+                if not _deadlocked(exc):
+                    raise
+                deadlocks += 1
+                if deadlocks > DEADLOCK_RETRIES:
+                    msg = (
+                        f"the database chose this operation as a deadlock victim on {deadlocks} "
+                        "attempts in a row; each time it was rolled back whole, so nothing was "
+                        "written and it can be retried (many writers contend for the same "
+                        "session's rows)"
+                    )
+                    raise DatabaseBusyError(msg) from exc
+                # Jitter, not a schedule: the other party should get through first.
+                await asyncio.sleep(random.uniform(0, 0.004 * 2**deadlocks))  # noqa: S311
 
     return wrapper

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import event, text
 
 import agents_memory._sqlalchemy._engine as engine_module
-from agents_memory import DatabaseBusyError, DatabaseConnectionError, SessionStore
+from agents_memory import DatabaseBusyError, DatabaseConnectionError, SessionStore, create_engine
 
 
 async def test_sqlite_locked_past_busy_timeout(
@@ -38,3 +40,41 @@ async def test_sqlite_path_that_cannot_be_opened(tmp_path: Path) -> None:
         with pytest.raises(DatabaseConnectionError, match=r"missing/x\.db.*directory exists"):
             await store.session("s").get_items()
         await asyncio.sleep(0.1)  # aiosqlite's worker thread stops after a failed connect
+
+
+async def test_deadlock_victim_is_retried(backend: Any, store: SessionStore) -> None:
+    """An add_items that InnoDB picks as a deadlock victim runs again and lands once.
+
+    Another transaction, heavier (it has inserted 50 rows, so InnoDB rolls back ours),
+    gap-locks the session's items, our add locks the session row and waits on the gap,
+    then the other one asks for the session row: a deadlock, every time.
+    """
+    if backend.kind != "mysql":
+        pytest.skip("MySQL/MariaDB only (its next-key locks make this deadlock reproducible)")
+    sessions, messages = store.table_names.sessions, store.table_names.messages
+    s = store.session("q")
+    await s.add_items([{"n": 0}])
+    errors: list[BaseException] = []
+    event.listen(
+        store.engine.sync_engine, "handle_error", lambda ctx: errors.append(ctx.original_exception)
+    )
+    other = create_engine(backend.url)
+    try:
+        async with other.connect() as conn:
+            await conn.execute(text(f"INSERT INTO {sessions} (session_id) VALUES ('heavy')"))
+            await conn.execute(
+                text(f"INSERT INTO {messages} (session_id, message_data) VALUES ('heavy', '{{}}')"),
+                [{}] * 50,
+            )
+            await conn.execute(text(f"SELECT id FROM {messages} WHERE session_id = 'q' FOR UPDATE"))
+            adding = asyncio.create_task(s.add_items([{"n": 1}, {"n": 2}]))
+            await asyncio.sleep(0.5)  # our add holds the session row and waits on the gap
+            await conn.execute(
+                text(f"UPDATE {sessions} SET updated_at = updated_at WHERE session_id = 'q'")
+            )
+            await conn.commit()
+        await adding
+    finally:
+        await other.dispose()
+    assert [getattr(e, "args", (None,))[0] for e in errors] == [1213]
+    assert await s.get_items() == [{"n": 0}, {"n": 1}, {"n": 2}]
