@@ -79,9 +79,19 @@ class Database:
             engine = create_engine(self.postgres_url)
             try:
                 async with engine.begin() as sa_conn:
+                    # Only those that exist: MariaDB reports each missing one as a warning.
+                    existing = set(
+                        (
+                            await sa_conn.exec_driver_sql(
+                                "SELECT table_name FROM information_schema.tables "
+                                "WHERE table_schema = DATABASE()"
+                            )
+                        ).scalars()
+                    )
                     for names in self.created:
                         for table in (names.messages, names.sessions, names.version_table):
-                            await sa_conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+                            if table in existing:
+                                await sa_conn.exec_driver_sql(f"DROP TABLE {table}")
             finally:
                 await engine.dispose()
             return

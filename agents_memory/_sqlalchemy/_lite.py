@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import sqlite3
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
 import aiosqlite
@@ -252,25 +252,30 @@ class LitePath:
             lease.fairy.invalidate(err)
         return err, gone
 
+    @contextlib.asynccontextmanager
+    async def _leased(self, statement: str, params: object) -> AsyncIterator[_Lease]:
+        """A connection for one operation; its errors raised as SQLAlchemy would raise them."""
+        lease = await self._keeper.acquire(self._engine)
+        broken = False
+        try:
+            yield lease
+        except Exception as exc:
+            err, broken = self._failed(lease, exc, statement, params)
+            if err is exc:
+                raise
+            raise err from exc
+        finally:
+            await self._release(lease, broken=broken)
+
     async def _job(self, statement: str, job: Callable[..., T], *args: Any) -> T:  # noqa: ANN401
         """Run ``job(sqlite3_connection, *args)`` as one call on a connection's thread."""
-        async with self._state.writing():
-            lease = await self._keeper.acquire(self._engine)
-            broken = False
+        async with self._state.writing(), self._leased(statement, args[1:]) as lease:
+            driver = lease.driver
             try:
-                driver = lease.driver
-                try:
-                    result: T = await driver._execute(job, driver._conn, *args)  # type: ignore[no-untyped-call]  # noqa: SLF001
-                except asyncio.CancelledError:
-                    await _settle(driver)
-                    raise
-            except Exception as exc:
-                err, broken = self._failed(lease, exc, statement, args[1:])
-                if err is exc:
-                    raise
-                raise err from exc
-            finally:
-                await self._release(lease, broken=broken)
+                result: T = await driver._execute(job, driver._conn, *args)  # type: ignore[no-untyped-call]  # noqa: SLF001
+            except asyncio.CancelledError:
+                await _settle(driver)
+                raise
             return result
 
     async def _fetch(self, statement: str, params: dict[str, Any]) -> Sequence[Row]:
@@ -280,18 +285,9 @@ class LitePath:
             return await self._fetch_unlocked(statement, params)
 
     async def _fetch_unlocked(self, statement: str, params: dict[str, Any]) -> Sequence[Row]:
-        lease = await self._keeper.acquire(self._engine)
-        broken = False
-        try:
+        async with self._leased(statement, params) as lease:
             rows: Sequence[Row] = await lease.driver.execute_fetchall(statement, params)  # type: ignore[assignment]
-        except Exception as exc:
-            err, broken = self._failed(lease, exc, statement, params)
-            if err is exc:
-                raise
-            raise err from exc
-        finally:
-            await self._release(lease, broken=broken)
-        return rows
+            return rows
 
     async def add(self, session_id: str, data: Sequence[str]) -> None:
         """Upsert the session and insert every item in one transaction (one job)."""
