@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from typing import Any, TypeVar
 
 from sqlalchemy import Executable, Row
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agents_memory._codec import OnCorrupt, decode_row, decode_rows
@@ -181,9 +182,16 @@ class Backend:
         op: Callable[..., Awaitable[T]],
         *args: Any,  # noqa: ANN401
     ) -> T:
-        """Run ``op(*args)`` on the driver path, with the SQLAlchemy path's error translation."""
-        with self._driver_errors():
+        """Run ``op(*args)`` on the driver path, with the SQLAlchemy path's error translation.
+
+        The translation is entered only once an error is raised: the happy path pays
+        for a ``try`` and nothing else.
+        """
+        try:
             return await op(*args)
+        except (DBAPIError, OSError):
+            with self._driver_errors():
+                raise
 
     async def add(self, session_id: str, data: Sequence[str]) -> None:
         """Append already-encoded items in one transaction."""
