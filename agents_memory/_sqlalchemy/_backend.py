@@ -172,8 +172,9 @@ class Backend:
         driver paths handle cancellation themselves (asyncpg: the server cancels the
         statement; aiosqlite: a started job finishes before the cancel is raised).
         """
-        if self._schema_ready and not self._closed and not observed(self.engine):
-            return self._driver
+        driver = self._driver
+        if driver is not None and self._schema_ready and not self._closed:
+            return None if observed(self.engine) else driver
         return None
 
     @retry_when_safe
