@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -109,6 +110,22 @@ def lock(connection: Connection, names: TableNames) -> Iterator[None]:
     yield
 
 
+class _PrimaryKeyNameNotes(logging.Filter):
+    """Drop MariaDB's note that a PRIMARY KEY's name is ignored (its key is always ``PRIMARY``).
+
+    Our naming convention names every constraint, and Alembic names its version
+    table's key; MariaDB notes for each that the name was dropped, and asyncmy logs
+    every server note as a warning, which lands on stderr (three lines per table
+    set) for anyone who has not configured logging. Nothing is lost: the keys exist.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "ignored for PRIMARY key" not in record.getMessage()
+
+
+_MYSQL_DRIVER_LOGGER = logging.getLogger("asyncmy")
+
+
 @contextlib.contextmanager
 def _mysql_lock(connection: Connection, names: TableNames) -> Iterator[None]:
     # GET_LOCK names are at most 64 characters: a digest of the version table fits any set.
@@ -122,9 +139,12 @@ def _mysql_lock(connection: Connection, names: TableNames) -> Iterator[None]:
             "run the migration again"
         )
         raise RuntimeError(msg)
+    quiet = _PrimaryKeyNameNotes()
+    _MYSQL_DRIVER_LOGGER.addFilter(quiet)
     try:
         yield
     finally:
+        _MYSQL_DRIVER_LOGGER.removeFilter(quiet)
         connection.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": name})
 
 
