@@ -11,6 +11,7 @@ guarantees, errors and cancellation behaviour.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -83,6 +84,8 @@ class Backend:
         self._schema_ready = False
         self._closed = False
         self._driver: DriverPath | None = _driver_path(engine, self.state, self.st, on_corrupt)
+        # The event loop our server connections were opened on (engines we own only).
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -91,8 +94,29 @@ class Backend:
             msg = "this session's engine was closed with close(); create a new session"
             raise SessionClosedError(msg)
 
+    def _on_other_loop(self) -> bool:
+        """Whether this call runs on another event loop than our owned engine's connections."""
+        return self.owns_engine and self._loop is not asyncio.get_running_loop()
+
+    async def _follow_loop(self) -> None:
+        """Start a fresh pool when an engine we own is used from a new event loop.
+
+        A script that calls ``asyncio.run()`` twice, or a test suite with a loop per
+        test, would otherwise get server connections whose sockets belong to a loop
+        that has ended. Nobody else uses an engine we created, so its pool is
+        replaced without closing the old connections (their loop is gone). SQLite
+        needs none of this: aiosqlite connections work from any loop, and an
+        in-memory database lives in its one connection.
+        """
+        loop = asyncio.get_running_loop()
+        if self._loop is not None and self._loop is not loop and self.state.dialect != "sqlite":
+            await self.engine.dispose(close=False)
+        self._loop = loop
+
     async def _prepare(self) -> None:
         self._check_open()
+        if self._on_other_loop():
+            await self._follow_loop()
         if not self._schema_ready:
             await ensure_schema(self.engine, self.names, create=self._create_tables)
             self._schema_ready = True
@@ -174,7 +198,7 @@ class Backend:
         """
         driver = self._driver
         if driver is not None and self._schema_ready and not self._closed:
-            return None if observed(self.engine) else driver
+            return None if observed(self.engine) or self._on_other_loop() else driver
         return None
 
     @retry_when_safe
@@ -190,7 +214,7 @@ class Backend:
         """
         try:
             return await op(*args)
-        except (DBAPIError, OSError):
+        except (DBAPIError, OSError, RuntimeError):
             with self._driver_errors():
                 raise
 

@@ -23,6 +23,8 @@ from sqlalchemy import util
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agents_memory._sqlalchemy._faults import on_other_loop
+
 Row = Sequence[Any]
 """``(id, message_data)`` as the driver returns it."""
 
@@ -64,7 +66,8 @@ def wrap_error(
     The adapter translates the driver's exception into its DBAPI class (the step
     SQLAlchemy's cursor adapter performs); it is then wrapped in the matching
     ``sqlalchemy.exc`` class, hiding the parameters if the engine says so.
-    Anything that is not a database error (a bad argument, say) is returned as is.
+    Anything that is not a database error (a bad argument, say) is returned as is;
+    of those, only a connection of another event loop counts as gone.
     """
     translated: Exception = exc
     translate = getattr(dbapi_connection, "_handle_exception", None)
@@ -76,7 +79,7 @@ def wrap_error(
     dialect = engine.dialect
     base = dialect.loaded_dbapi.Error
     if not isinstance(translated, base):
-        return exc, False
+        return exc, on_other_loop(exc)  # a connection of another loop is of no use to anyone
     gone = bool(dialect.is_disconnect(translated, dbapi_connection, None))  # type: ignore[arg-type]
     wrapped = DBAPIError.instance(
         statement,

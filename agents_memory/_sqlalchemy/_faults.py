@@ -60,6 +60,11 @@ def _where(engine: AsyncEngine) -> str:
     return f"{host} ({mask_url(url)})"
 
 
+def on_other_loop(exc: BaseException) -> bool:
+    """True for a driver's complaint that its connection belongs to another event loop."""
+    return isinstance(exc, RuntimeError) and "attached to a different loop" in str(exc)
+
+
 def _classify(exc: BaseException) -> str | None:
     """``"lost"``, ``"connect"``, ``"busy"`` or ``None`` (not a connection problem)."""
     if not isinstance(exc, DBAPIError):
@@ -88,6 +93,18 @@ def connection_errors(engine: AsyncEngine) -> Iterator[None]:
     """
     try:
         yield
+    except RuntimeError as exc:
+        if not on_other_loop(exc):
+            raise
+        msg = (
+            f"a pooled connection to {_where(engine)} was opened on another event loop (this "
+            "engine was used under an earlier asyncio.run() or another loop) and cannot be "
+            "used here; the operation may or may not have been applied, so check with "
+            "get_items() before retrying a write. Call `await engine.dispose()` when moving "
+            "an engine to a new event loop, or create it inside the loop that uses it "
+            "(stores made with from_url() do this themselves)"
+        )
+        raise DatabaseConnectionError(msg) from exc
     except (DBAPIError, OSError) as exc:
         kind = _classify(exc)
         if kind is None:

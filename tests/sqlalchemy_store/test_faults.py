@@ -78,3 +78,54 @@ async def test_deadlock_victim_is_retried(backend: Any, store: SessionStore) -> 
         await other.dispose()
     assert [getattr(e, "args", (None,))[0] for e in errors] == [1213]
     assert await s.get_items() == [{"n": 0}, {"n": 1}, {"n": 2}]
+
+
+def _loop_step(store: SessionStore, i: int) -> Any:
+    """One asyncio.run()'s worth of work: append an item, read the session back."""
+
+    async def step() -> list[dict[str, Any]]:
+        s = store.session("loops")
+        await s.add_items([{"i": i}])
+        return await s.get_items()
+
+    return step()
+
+
+def test_store_from_url_follows_a_new_event_loop(backend: Any, names: Any) -> None:
+    """A from_url() store keeps working across asyncio.run() calls (a script, a test per loop)."""
+    store = SessionStore.from_url(
+        backend.url,
+        sessions_table=names.sessions,
+        messages_table=names.messages,
+        create_tables=True,
+    )
+    try:
+        assert asyncio.run(_loop_step(store, 0)) == [{"i": 0}]
+        assert asyncio.run(_loop_step(store, 1)) == [{"i": 0}, {"i": 1}]
+        assert asyncio.run(_loop_step(store, 2)) == [{"i": 0}, {"i": 1}, {"i": 2}]
+    finally:
+        asyncio.run(store.close())
+
+
+def test_engine_from_another_loop_is_a_clear_error(backend: Any, names: Any) -> None:
+    """A caller's own engine moved to a new loop undisposed: a typed error naming the fix."""
+    if backend.kind == "sqlite":
+        pytest.skip("aiosqlite connections work from any event loop")
+    engine = create_engine(backend.url)
+    store = SessionStore(
+        engine, sessions_table=names.sessions, messages_table=names.messages, create_tables=True
+    )
+    assert asyncio.run(_loop_step(store, 0)) == [{"i": 0}]
+    with pytest.raises(DatabaseConnectionError, match=r"another event loop.*engine\.dispose\(\)"):
+        asyncio.run(_loop_step(store, 1))
+
+    async def after_dispose() -> list[dict[str, Any]]:
+        await engine.dispose(close=False)  # the old loop's connections cannot be closed here
+        try:
+            return await _loop_step(store, 2)
+        finally:
+            await engine.dispose()
+
+    items = asyncio.run(after_dispose())
+    assert items[0] == {"i": 0}
+    assert items[-1] == {"i": 2}
