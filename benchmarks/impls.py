@@ -129,27 +129,17 @@ async def _warm_up(impl: Impl, items: ItemSource) -> None:
 
 async def _raw(db: Database) -> Impl:
     names = db.names("raw")
+    url = f"sqlite:///{db.sqlite_path('raw')}" if db.key == "sqlite" else db.postgres_url or ""
+    engine = create_engine(url)
+    await _create_schema(engine, names)
+    await engine.dispose()
+    store: RawSqlite | RawPostgres | RawMysql
     if db.key == "sqlite":
-        url = f"sqlite:///{db.sqlite_path('raw')}"
-        engine = create_engine(url)
-        await _create_schema(engine, names)
-        await engine.dispose()
-        store: RawSqlite | RawPostgres | RawMysql = RawSqlite(db.sqlite_path("raw"), names)
-        label = "aiosqlite"
+        store, label = RawSqlite(db.sqlite_path("raw"), names), "aiosqlite"
     elif db.key == "mysql":
-        url = db.postgres_url or ""
-        engine = create_engine(url)
-        await _create_schema(engine, names)
-        await engine.dispose()
-        store = RawMysql(url, names, PG_POOL_SIZE)
-        label = "asyncmy"
+        store, label = RawMysql(url, names, PG_POOL_SIZE), "asyncmy"
     else:
-        url = db.postgres_url or ""
-        engine = create_engine(url)
-        await _create_schema(engine, names)
-        await engine.dispose()
-        store = RawPostgres(url, names, PG_POOL_SIZE)
-        label = "asyncpg"
+        store, label = RawPostgres(url, names, PG_POOL_SIZE), "asyncpg"
     await store.open()
     return Impl("raw", label, store.session, store.close)
 
