@@ -31,7 +31,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from agents_memory._codec import decode_row, decode_rows, encode_items
+from agents_memory import _sqlite_jobs as sqlite_jobs
+from agents_memory._codec import decode_rows, encode_items
 from agents_memory._errors import SessionClosedError
 from agents_memory._ids import validate_session_id
 from agents_memory._protocol import SessionABC, SessionSettings, TResponseInputItem, resolve_limit
@@ -91,25 +92,19 @@ def _file_lock(path: str) -> _FileLock:
 
 
 @contextlib.contextmanager
-def _transaction(conn: sqlite3.Connection, *, write: bool) -> Iterator[None]:
-    """Run a block as one transaction: committed on success, rolled back on any error.
-
-    Writers start with ``BEGIN IMMEDIATE``: they take the write lock (waiting up
-    to the busy timeout) before reading anything, so they never hit the
-    unretryable busy error of a read transaction that later tries to write.
-    """
-    conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+def _snapshot(conn: sqlite3.Connection) -> Iterator[None]:
+    """One read transaction, so that a read and its refills see the same rows."""
+    conn.execute("BEGIN")
     try:
         yield
-        conn.execute("COMMIT")
-    except BaseException:
+    finally:
         conn.rollback()
-        raise
 
 
 def _connect(path: str, sql: SQLiteSQL, write_lock: threading.Lock) -> sqlite3.Connection:
     """Open and configure a connection, and create the tables if they do not exist yet."""
-    # isolation_level=None: no implicit BEGINs; transactions are exactly those of _transaction.
+    # isolation_level=None: no implicit BEGINs; transactions are exactly ours (_snapshot and
+    # the shared write transactions of _sqlite_jobs).
     conn = sqlite3.connect(
         path,
         timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
@@ -122,7 +117,7 @@ def _connect(path: str, sql: SQLiteSQL, write_lock: threading.Lock) -> sqlite3.C
         with write_lock:
             if path != MEMORY:
                 conn.execute("PRAGMA journal_mode = WAL")
-            with _transaction(conn, write=True):
+            with sqlite_jobs.write_transaction(conn):
                 # Existing tables (seed, SDK, an older revision) are used as they are:
                 # adding head-only objects to them would break their next migration.
                 if not conn.execute(sql.sessions_table_exists).fetchone():
@@ -218,20 +213,19 @@ class SQLiteSession(SessionABC):
         return await self._call(functools.partial(self._get, n))  # type: ignore[arg-type]
 
     def _get(self, limit: int | None, conn: sqlite3.Connection) -> list[dict[str, Any]]:
-        sql, sid = self._sql, self.session_id
-        with _transaction(conn, write=False):  # one snapshot, even across the refill reads
+        sql, sid = self._sql.driver, self.session_id
+        with _snapshot(conn):  # one snapshot, even across the refill reads
             if limit is None:
-                rows = conn.execute(sql.select_all.sql, sql.select_all.params(sid=sid)).fetchall()
+                rows = conn.execute(sql.select_all, {"sid": sid}).fetchall()
                 return decode_rows(rows, on_corrupt="skip")
-            params = sql.select_latest.params(sid=sid, n=limit)
-            fetched = conn.execute(sql.select_latest.sql, params).fetchall()
+            fetched = conn.execute(sql.select_latest, {"sid": sid, "n": limit}).fetchall()
             items = decode_rows(reversed(fetched), on_corrupt="skip")
             want = limit
             # Corrupt rows were skipped: read further back so ``limit`` counts valid items.
             while len(items) < limit and len(fetched) == want:
                 want = limit - len(items)
-                params = sql.select_older.params(sid=sid, before=fetched[-1][0], n=want)
-                fetched = conn.execute(sql.select_older.sql, params).fetchall()
+                params = {"sid": sid, "before": fetched[-1][0], "n": want}
+                fetched = conn.execute(sql.select_older, params).fetchall()
                 items = decode_rows(reversed(fetched), on_corrupt="skip") + items
             return items
 
@@ -248,11 +242,8 @@ class SQLiteSession(SessionABC):
         await self._call(functools.partial(self._add, data))
 
     def _add(self, data: list[str], conn: sqlite3.Connection) -> None:
-        sql, sid = self._sql, self.session_id
-        with self._write_lock, _transaction(conn, write=True):
-            conn.execute(sql.upsert_session.sql, sql.upsert_session.params(sid=sid))
-            rows = [sql.insert_messages.params(sid=sid, data=d) for d in data]
-            conn.executemany(sql.insert_messages.sql, rows)
+        with self._write_lock:
+            sqlite_jobs.add(conn, self._sql.driver, self.session_id, data)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Atomically remove and return the newest item; ``None`` when the session is empty.
@@ -263,27 +254,16 @@ class SQLiteSession(SessionABC):
         return await self._call(self._pop)  # type: ignore[arg-type]
 
     def _pop(self, conn: sqlite3.Connection) -> dict[str, Any] | None:
-        sql = self._sql
-        with self._write_lock, _transaction(conn, write=True):
-            while True:
-                # fetchall: a RETURNING statement must be finished before COMMIT.
-                rows = conn.execute(sql.pop.sql, sql.pop.params(sid=self.session_id)).fetchall()
-                if not rows:
-                    return None
-                row_id, data = rows[0]
-                item = decode_row(data, row_id=row_id, on_corrupt="skip")
-                if item is not None:
-                    return item
+        with self._write_lock:
+            return sqlite_jobs.pop(conn, self._sql.driver, self.session_id, "skip")
 
     async def clear_session(self) -> None:
         """Delete the session and all of its items."""
         await self._call(self._clear)
 
     def _clear(self, conn: sqlite3.Connection) -> None:
-        sql, sid = self._sql, self.session_id
-        with self._write_lock, _transaction(conn, write=True):
-            conn.execute(sql.delete_messages.sql, sql.delete_messages.params(sid=sid))
-            conn.execute(sql.delete_session.sql, sql.delete_session.params(sid=sid))
+        with self._write_lock:
+            sqlite_jobs.clear(conn, self._sql.driver, self.session_id)
 
     # -- lifetime -----------------------------------------------------------------------------
 

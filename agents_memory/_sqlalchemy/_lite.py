@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
@@ -39,7 +38,8 @@ from sqlalchemy.pool import PoolProxiedConnection, StaticPool
 from sqlalchemy.util import greenlet_spawn
 from sqlalchemy.util.concurrency import in_greenlet
 
-from agents_memory._codec import OnCorrupt, decode_row
+from agents_memory import _sqlite_jobs as sqlite_jobs
+from agents_memory._codec import OnCorrupt
 from agents_memory._sqlalchemy._driver import Row, await_in_greenlet, wrap_error
 from agents_memory._sqlalchemy._engine import EngineState
 from agents_memory._sqlalchemy._statements import DriverSQL
@@ -55,61 +55,6 @@ def supported() -> bool:
     return callable(getattr(aiosqlite.Connection, "_execute", None)) and isinstance(
         getattr(aiosqlite.Connection, "_conn", None), property
     )
-
-
-# -- jobs: these run on the connection's thread, with its sqlite3 connection ------------------
-
-
-def _begin(conn: sqlite3.Connection) -> None:
-    if conn.in_transaction:  # someone else's leftover: never commit their work with ours
-        conn.rollback()
-    if not conn.in_transaction:  # (with sqlite3's autocommit=False one is always open)
-        conn.execute("BEGIN IMMEDIATE")
-
-
-def _add_job(conn: sqlite3.Connection, sql: DriverSQL, sid: str, data: Sequence[str]) -> None:
-    _begin(conn)
-    try:
-        conn.execute(sql.upsert_session, {"sid": sid})
-        conn.executemany(sql.insert_message, [{"sid": sid, "data": d} for d in data])
-        conn.commit()
-    except BaseException:
-        conn.rollback()
-        raise
-
-
-def _pop_job(
-    conn: sqlite3.Connection, sql: DriverSQL, sid: str, on_corrupt: OnCorrupt
-) -> dict[str, Any] | None:
-    """Pop the newest valid item; corrupt rows on the way are removed (or, raising, kept)."""
-    _begin(conn)
-    try:
-        while True:
-            # fetchall, not fetchone: the statement must be finished before COMMIT.
-            rows = conn.execute(sql.pop, {"sid": sid}).fetchall()
-            if not rows:
-                item = None
-                break
-            item = decode_row(rows[0][1], row_id=rows[0][0], on_corrupt=on_corrupt)
-            if item is not None:
-                break
-        conn.commit()
-    except BaseException:
-        conn.rollback()
-        raise
-    return item
-
-
-def _clear_job(conn: sqlite3.Connection, sql: DriverSQL, sid: str) -> bool:
-    _begin(conn)
-    try:
-        conn.execute(sql.delete_messages, {"sid": sid})
-        existed = conn.execute(sql.delete_session, {"sid": sid}).rowcount > 0
-        conn.commit()
-    except BaseException:
-        conn.rollback()
-        raise
-    return existed
 
 
 def _nothing() -> None:
@@ -303,7 +248,7 @@ class LitePath:
 
     async def add(self, session_id: str, data: Sequence[str]) -> None:
         """Upsert the session and insert every item in one transaction (one job)."""
-        await self._job(self._sql.insert_message, _add_job, self._sql, session_id, data)
+        await self._job(self._sql.insert_message, sqlite_jobs.add, self._sql, session_id, data)
 
     async def latest(self, session_id: str, n: int) -> Sequence[Row]:
         """The newest ``n`` rows, newest first."""
@@ -326,8 +271,10 @@ class LitePath:
 
     async def pop(self, session_id: str) -> dict[str, Any] | None:
         """Remove and return the newest valid item in one transaction (one job)."""
-        return await self._job(self._sql.pop, _pop_job, self._sql, session_id, self._on_corrupt)
+        return await self._job(
+            self._sql.pop, sqlite_jobs.pop, self._sql, session_id, self._on_corrupt
+        )
 
     async def clear(self, session_id: str) -> bool:
         """Delete items and session row in one transaction (one job)."""
-        return await self._job(self._sql.delete_session, _clear_job, self._sql, session_id)
+        return await self._job(self._sql.delete_session, sqlite_jobs.clear, self._sql, session_id)
