@@ -36,7 +36,7 @@ from agents_memory._codec import decode_rows, encode_items
 from agents_memory._errors import SessionClosedError
 from agents_memory._ids import validate_session_id
 from agents_memory._protocol import SessionABC, SessionSettings, TResponseInputItem, resolve_limit
-from agents_memory._sqlalchemy._engine import SQLITE_BUSY_TIMEOUT_MS
+from agents_memory._sqlalchemy._engine import SQLITE_BUSY_TIMEOUT_MS, configure_sqlite
 from agents_memory._sqlite_sql import SQLiteSQL, sql_for
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 
@@ -112,8 +112,7 @@ def _connect(path: str, sql: SQLiteSQL, write_lock: threading.Lock) -> sqlite3.C
         check_same_thread=True,
     )
     try:
-        conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA foreign_keys = ON")
+        configure_sqlite(conn, wal=False)  # WAL below, under the write lock
         with write_lock:
             if path != MEMORY:
                 conn.execute("PRAGMA journal_mode = WAL")

@@ -552,3 +552,17 @@ async def test_runner_keeps_history_in_the_file(db: Path) -> None:
             "user",
             "assistant",
         ]
+
+
+async def test_invalid_utf8_row_is_a_corrupt_row(db: Path) -> None:
+    """A TEXT row holding invalid UTF-8 is skipped like other corrupt rows, not a failed read."""
+    async with SQLiteSession("conv", db) as s:
+        await s.add_items([msg(0)])
+        with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+            conn.execute(
+                "INSERT INTO agent_messages (session_id, message_data) VALUES (?, CAST(? AS TEXT))",
+                ("conv", b'{"a":"\xff\xfe"}'),
+            )
+        assert await s.get_items() == [msg(0)]
+        assert await s.pop_item() == msg(0)  # the corrupt newest row is removed on the way
+        assert await s.get_items() == []

@@ -41,15 +41,26 @@ def _tolerant_text(data: bytes) -> str | bytes:
         return data
 
 
-def _sqlite_on_connect(dbapi_connection: Any, _record: object) -> None:  # noqa: ANN401
+def configure_sqlite(dbapi_connection: Any, *, wal: bool = True) -> None:  # noqa: ANN401
+    """Set up a SQLite connection as all of ours are: tolerant text, busy timeout, foreign keys.
+
+    The one place for it: the engine's connect hook and the stdlib ``SQLiteSession``
+    (which passes a plain ``sqlite3`` connection, and switches to WAL itself, under
+    its file's write lock) both call it.
+    """
     getattr(dbapi_connection, "driver_connection", dbapi_connection).text_factory = _tolerant_text
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys = ON")
-        cursor.execute("PRAGMA journal_mode = WAL")
+        if wal:
+            cursor.execute("PRAGMA journal_mode = WAL")
     finally:
         cursor.close()
+
+
+def _sqlite_on_connect(dbapi_connection: Any, _record: object) -> None:  # noqa: ANN401
+    configure_sqlite(dbapi_connection)
 
 
 def _drop_closed_connection(dbapi_connection: Any, _record: object, _proxy: object) -> None:  # noqa: ANN401
