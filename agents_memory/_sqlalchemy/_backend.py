@@ -25,7 +25,7 @@ from agents_memory._codec import OnCorrupt, decode_row, decode_rows
 from agents_memory._errors import SessionClosedError
 from agents_memory._sqlalchemy import _lite
 from agents_memory._sqlalchemy._cancel import cancel_safe
-from agents_memory._sqlalchemy._driver import DriverPath, observed
+from agents_memory._sqlalchemy._driver import DriverPath, Reads, observed
 from agents_memory._sqlalchemy._engine import EngineState, engine_state
 from agents_memory._sqlalchemy._faults import connection_errors, retry_when_safe
 from agents_memory._sqlalchemy._mysql import check_packet_size, max_packet
@@ -51,6 +51,31 @@ def _driver_path(
     return None
 
 
+class _CoreReads:
+    """The driver path's reads, run through SQLAlchemy on one connection (``Reads``)."""
+
+    def __init__(self, conn: AsyncConnection, st: Statements) -> None:
+        self._conn = conn
+        self._st = st
+
+    async def _rows(self, statement: Executable, params: dict[str, Any]) -> Sequence[Row[Any]]:
+        return (await self._conn.execute(statement, params)).all()
+
+    async def latest(self, session_id: str, n: int) -> Sequence[Row[Any]]:
+        return await self._rows(self._st.select_latest, {"sid": session_id, "n": n})
+
+    async def everything(self, session_id: str) -> Sequence[Row[Any]]:
+        return await self._rows(self._st.select_all, {"sid": session_id})
+
+    async def after(self, session_id: str, after: int, n: int) -> Sequence[Row[Any]]:
+        params = {"sid": session_id, "after": after, "n": n}
+        return await self._rows(self._st.select_after, params)
+
+    async def older(self, session_id: str, before: int, n: int) -> Sequence[Row[Any]]:
+        params = {"sid": session_id, "before": before, "n": n}
+        return await self._rows(self._st.select_older, params)
+
+
 class Backend:
     """Runs the protocol's operations for any session id against one engine and name set."""
 
@@ -61,7 +86,6 @@ class Backend:
         *,
         create_tables: bool = False,
         on_corrupt: OnCorrupt = "skip",
-        owns_engine: bool = False,
     ) -> None:
         if on_corrupt not in ("skip", "raise"):
             msg = f"on_corrupt must be 'skip' or 'raise', got {on_corrupt!r}"
@@ -69,12 +93,11 @@ class Backend:
         self.engine = engine
         self.names = names
         self.on_corrupt: OnCorrupt = on_corrupt
-        self.owns_engine = owns_engine
+        self.owns_engine = False
+        """Whether this backend created its engine (``from_url``): it then disposes of it."""
         self.state: EngineState = engine_state(engine)
         self.st: Statements = statements_for(names, self.state.dialect)
         self._pg = self.state.dialect == "postgresql"
-        # Only Postgres may have a statement cut short by a cancel (see _cancel.py).
-        self.interruptible = self._pg
         # One statement per operation on Postgres: no BEGIN/COMMIT round trips needed.
         self._autocommit = (
             engine.execution_options(isolation_level="AUTOCOMMIT") if self._pg else engine
@@ -88,6 +111,11 @@ class Backend:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- plumbing -----------------------------------------------------------------------------
+
+    @property
+    def interruptible(self) -> bool:
+        """Only Postgres may have a statement cut short by a cancel (see ``_cancel``)."""
+        return self._pg
 
     def _check_open(self) -> None:
         if self._closed:
@@ -125,9 +153,7 @@ class Backend:
         """Prepare for an operation; the driver path to run it on, if this engine allows one."""
         with connection_errors(self.engine):
             await self._prepare()
-        if self._driver is None or observed(self.engine):
-            return None
-        return self._driver
+        return self._direct()
 
     @contextlib.contextmanager
     def _driver_errors(self) -> Iterator[None]:
@@ -256,14 +282,15 @@ class Backend:
         return await self._get(session_id, limit)
 
     async def _get_on(
-        self, fast: DriverPath, session_id: str, limit: int | None
+        self, reads: Reads, session_id: str, limit: int | None
     ) -> list[dict[str, Any]]:
+        """``get`` on either path: the driver's, or SQLAlchemy's (``_CoreReads``)."""
         if limit is None:
-            return decode_rows(await fast.everything(session_id), on_corrupt=self.on_corrupt)
-        rows = await fast.latest(session_id, limit)
+            return decode_rows(await reads.everything(session_id), on_corrupt=self.on_corrupt)
+        rows = await reads.latest(session_id, limit)
         items = decode_rows(reversed(rows), on_corrupt=self.on_corrupt)
         if len(items) < limit and len(rows) == limit:
-            older = functools.partial(fast.older, session_id)
+            older = functools.partial(reads.older, session_id)
             items = await self._refill(older, items, limit, int(rows[-1][0]))
         return items
 
@@ -273,21 +300,8 @@ class Backend:
         if fast := await self._fast():
             with self._driver_errors():
                 return await self._get_on(fast, session_id, limit)
-        st = self.st
         async with self._read() as conn:
-            if limit is None:
-                rows = (await conn.execute(st.select_all, {"sid": session_id})).all()
-                return decode_rows(rows, on_corrupt=self.on_corrupt)
-            rows = (await conn.execute(st.select_latest, {"sid": session_id, "n": limit})).all()
-            items = decode_rows(reversed(rows), on_corrupt=self.on_corrupt)
-            if len(items) < limit and len(rows) == limit:
-
-                async def older_rows(before: int, n: int) -> Sequence[Row[Any]]:
-                    params = {"sid": session_id, "before": before, "n": n}
-                    return (await conn.execute(st.select_older, params)).all()
-
-                items = await self._refill(older_rows, items, limit, int(rows[-1][0]))
-            return items
+            return await self._get_on(_CoreReads(conn, self.st), session_id, limit)
 
     async def _refill(
         self,
@@ -333,8 +347,7 @@ class Backend:
             with self._driver_errors():
                 return await fast.after(session_id, after, n)
         async with self._read() as conn:
-            params = {"sid": session_id, "after": after, "n": n}
-            return (await conn.execute(self.st.select_after, params)).all()
+            return await _CoreReads(conn, self.st).after(session_id, after, n)
 
     @cancel_safe
     @retry_when_safe
@@ -362,30 +375,17 @@ class Backend:
         if fast := await self._fast():
             with self._driver_errors():
                 return await fast.pop(session_id)
-        if self.st.pop_delete is not None:
-            return await self._pop_locked(session_id, self.st.pop_delete)
-        single = self.on_corrupt == "skip"
+        # MySQL has no DELETE ... RETURNING: the newest row is locked (FOR UPDATE), then
+        # deleted, in one transaction, so it is still returned by exactly one caller.
+        st = self.st
+        single = self.on_corrupt == "skip" and st.pop_delete is None
         while True:
             async with self._write(single_statement=single) as conn:
-                row = (await conn.execute(self.st.pop, {"sid": session_id})).first()
+                row = (await conn.execute(st.pop, {"sid": session_id})).first()
                 if row is None:
                     return None
-                item = decode_row(row[1], row_id=row[0], on_corrupt=self.on_corrupt)
-            if item is not None:
-                return item
-
-    async def _pop_locked(self, session_id: str, delete: Executable) -> dict[str, Any] | None:
-        """Pop where there is no ``DELETE … RETURNING`` (MySQL): lock the newest row, delete it.
-
-        Both run in one transaction, so the row is returned by exactly one caller;
-        a corrupt row with ``on_corrupt="raise"`` rolls the delete back.
-        """
-        while True:
-            async with self._write(single_statement=False) as conn:
-                row = (await conn.execute(self.st.pop, {"sid": session_id})).first()
-                if row is None:
-                    return None
-                await conn.execute(delete, {"id": row[0]})
+                if st.pop_delete is not None:
+                    await conn.execute(st.pop_delete, {"id": row[0]})
                 item = decode_row(row[1], row_id=row[0], on_corrupt=self.on_corrupt)
             if item is not None:
                 return item

@@ -93,11 +93,8 @@ def wrap_error(
     return wrapped, gone
 
 
-class DriverPath(Protocol):
-    """The protocol's operations on one engine's driver (SQLite or Postgres)."""
-
-    async def add(self, session_id: str, data: Sequence[str]) -> None:
-        """Append encoded items in one transaction."""
+class Reads(Protocol):
+    """The reads behind ``get_items`` and ``iter_items``, whichever path runs them."""
 
     async def latest(self, session_id: str, n: int) -> Sequence[Row]:
         """The newest ``n`` rows, newest first."""
@@ -110,6 +107,13 @@ class DriverPath(Protocol):
 
     async def older(self, session_id: str, before: int, n: int) -> Sequence[Row]:
         """Up to ``n`` rows with an id below ``before``, newest first."""
+
+
+class DriverPath(Reads, Protocol):
+    """The protocol's operations on one engine's driver (SQLite or Postgres)."""
+
+    async def add(self, session_id: str, data: Sequence[str]) -> None:
+        """Append encoded items in one transaction."""
 
     async def pop(self, session_id: str) -> dict[str, Any] | None:
         """Remove and return the newest valid item."""

@@ -99,7 +99,8 @@ class EngineState:
         self._lock: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None
 
-    def _get_lock(self) -> asyncio.Lock:
+    def lock(self) -> asyncio.Lock:
+        """The engine's one SQLite lock, for this event loop (``writing``/``reading`` take it)."""
         loop = asyncio.get_running_loop()
         if self._lock is None or self._lock_loop is not loop:
             self._lock = asyncio.Lock()
@@ -112,7 +113,7 @@ class EngineState:
         if not self.serialize_writes:
             yield
             return
-        async with self._get_lock():
+        async with self.lock():
             yield
 
     @contextlib.asynccontextmanager
@@ -121,7 +122,7 @@ class EngineState:
         if not self.serialize_all:
             yield
             return
-        async with self._get_lock():
+        async with self.lock():
             yield
 
 

@@ -217,7 +217,7 @@ class LitePath:
 
     async def _job(self, statement: str, job: Callable[..., T], *args: Any) -> T:  # noqa: ANN401
         """Run ``job(sqlite3_connection, *args)`` as one call on a connection's thread."""
-        async with self._state.writing():
+        async with self._state.lock():  # SQLite: writers always queue (EngineState.writing)
             lease = self._keeper.idle() or await self._keeper.acquire(self._engine)
             driver = lease.driver
             try:
