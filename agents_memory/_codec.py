@@ -28,7 +28,9 @@ def _reject_constant(name: str) -> None:
     raise ValueError(msg)
 
 
-_decode = json.JSONDecoder(parse_constant=_reject_constant).decode
+decode_json = json.JSONDecoder(parse_constant=_reject_constant).decode
+"""``json.loads`` that refuses NaN and Infinity, as every writer of ours does."""
+_decode = decode_json
 
 _SCALARS = (str, int, float, bool, type(None))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Awaitable, Callable
 
 from alembic.util.exc import CommandError
 
@@ -28,25 +29,27 @@ def _unknown_revision(revision: str, exc: CommandError) -> AdminError:
     return AdminError(msg)
 
 
-async def upgrade(target: Target, *, revision: str = "head") -> Migration:
-    """Upgrade ``target`` to ``revision``, creating the tables (and a SQLite file) if needed."""
+async def _migrate(
+    target: Target, step: Callable[..., Awaitable[None]], revision: str
+) -> Migration:
+    """Run ``step`` (``migrations.upgrade`` or ``downgrade``) with the revisions around it."""
     before = await migrations.current(target.url, **target.table_kwargs)
     try:
-        await migrations.upgrade(target.url, revision=revision, **target.table_kwargs)
+        await step(target.url, revision=revision, **target.table_kwargs)
     except CommandError as exc:
         raise _unknown_revision(revision, exc) from exc
     return Migration(before, await migrations.current(target.url, **target.table_kwargs))
+
+
+async def upgrade(target: Target, *, revision: str = "head") -> Migration:
+    """Upgrade ``target`` to ``revision``, creating the tables (and a SQLite file) if needed."""
+    return await _migrate(target, migrations.upgrade, revision)
 
 
 async def downgrade(target: Target, *, revision: str) -> Migration:
     """Step ``target`` back to ``revision``; ``base`` drops the tables and all their data."""
     require_database(target)
-    before = await migrations.current(target.url, **target.table_kwargs)
-    try:
-        await migrations.downgrade(target.url, revision=revision, **target.table_kwargs)
-    except CommandError as exc:
-        raise _unknown_revision(revision, exc) from exc
-    return Migration(before, await migrations.current(target.url, **target.table_kwargs))
+    return await _migrate(target, migrations.downgrade, revision)
 
 
 async def current(target: Target) -> str | None:

@@ -18,23 +18,16 @@ import dataclasses
 import datetime as dt
 import json
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from agents_memory._admin._errors import InvalidFileError
 from agents_memory._admin._transfer import SourceSession
+from agents_memory._codec import decode_json as _decode
 from agents_memory._codec import encode_item
 from agents_memory._sqlalchemy._bulk import ItemRecord, SessionRecord
 
 _HEADER_KEYS = frozenset({"session", "created_at", "updated_at", "metadata"})
 _ITEM_KEYS = frozenset({"item", "created_at"})
-
-
-def _reject_constant(name: str) -> Any:  # noqa: ANN401 - json's hook signature
-    msg = f"{name} is not valid JSON"
-    raise ValueError(msg)
-
-
-_decode = json.JSONDecoder(parse_constant=_reject_constant).decode
 
 
 def header_line(record: SessionRecord) -> str:

@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from agents_memory._admin._errors import NotFoundError
-from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._schema import upgrade_command
 from agents_memory._sqlalchemy._store import SessionStore
 from agents_memory._tables import TableNames
@@ -55,11 +54,7 @@ def require_database(target: Target) -> None:
     """Refuse to create an empty SQLite file as a side effect of a read."""
     path = target.sqlite_file()
     if path is not None and not path.exists():
-        engine = create_engine(target.url)
-        try:
-            command = upgrade_command(engine, target.names)
-        finally:
-            engine.sync_engine.dispose()
+        command = upgrade_command(normalize_url(target.url), target.names)
         msg = (
             f"there is no database file at {path} ({mask_url(target.url)}); "
             f"check --url, or create the store with `{command}`"
@@ -72,7 +67,7 @@ async def open_store(target: Target, *, must_exist: bool = True) -> AsyncIterato
     """A store on ``target`` for the duration of one operation (its engine is disposed after)."""
     if must_exist:
         require_database(target)
-    names = target.names
+    names = target.names  # (spelled out: **table_kwargs would also match engine_kwargs for mypy)
     store = SessionStore.from_url(
         target.url, sessions_table=names.sessions, messages_table=names.messages
     )

@@ -9,19 +9,22 @@ embedded default.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Annotated
 
 import typer
 
 from agents_memory._admin._target import Target
 from agents_memory._errors import UnsupportedDatabaseError
+from agents_memory._migrations._env import (
+    MESSAGES_TABLE_ENV,
+    SESSIONS_TABLE_ENV,
+    URL_ENV,
+    resolve_names,
+    resolve_url,
+)
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 from agents_memory._urls import DEFAULT_URL
 
-URL_ENV = "AGENTS_MEMORY_URL"
-SESSIONS_TABLE_ENV = "AGENTS_MEMORY_SESSIONS_TABLE"
-MESSAGES_TABLE_ENV = "AGENTS_MEMORY_MESSAGES_TABLE"
 PANEL = "Store"
 
 UrlOption = Annotated[
@@ -74,7 +77,7 @@ def globals_of(ctx: typer.Context) -> Globals:
 
 def raw_url(ctx: typer.Context, url: str | None = None) -> str:
     """The URL in force: this command's, the global one, the environment's, the default."""
-    return url or globals_of(ctx).url or os.environ.get(URL_ENV) or DEFAULT_URL
+    return resolve_url({"url": url or globals_of(ctx).url})
 
 
 def target(
@@ -85,20 +88,12 @@ def target(
 ) -> Target:
     """Resolve the store a command acts on; a bad URL or table name is a usage error."""
     g = globals_of(ctx)
-    sessions = (
-        sessions_table
-        or g.sessions_table
-        or os.environ.get(SESSIONS_TABLE_ENV)
-        or DEFAULT_SESSIONS_TABLE
-    )
-    messages = (
-        messages_table
-        or g.messages_table
-        or os.environ.get(MESSAGES_TABLE_ENV)
-        or DEFAULT_MESSAGES_TABLE
-    )
+    given = {
+        "sessions_table": sessions_table or g.sessions_table,
+        "messages_table": messages_table or g.messages_table,
+    }
     try:
-        names = TableNames(sessions, messages)
+        names = resolve_names(given)
     except (TypeError, ValueError) as exc:
         hint = "'--sessions-table' / '--messages-table'"
         raise typer.BadParameter(str(exc), param_hint=hint) from None

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -23,7 +24,7 @@ from agents_memory._cli._output import json_text, out, plural, print_json, when
 from agents_memory._cli._render import describe
 from agents_memory._cli._run import run
 from agents_memory._sqlalchemy._metadata import FilterValue
-from agents_memory._sqlalchemy._store import MAX_PAGE_SIZE, SessionInfo, _decode_cursor
+from agents_memory._sqlalchemy._store import MAX_PAGE_SIZE, _decode_cursor
 
 app = typer.Typer(
     name="sessions",
@@ -72,16 +73,6 @@ def _check_cursor(cursor: str | None) -> str | None:
     return cursor
 
 
-def _info_json(info: SessionInfo) -> dict[str, Any]:
-    return {
-        "session_id": info.session_id,
-        "created_at": info.created_at,
-        "updated_at": info.updated_at,
-        "item_count": info.item_count,
-        "metadata": info.metadata,
-    }
-
-
 @app.command(
     "list",
     epilog=(
@@ -118,7 +109,7 @@ def list_(
     if wants_json(ctx, json_):
         print_json(
             {
-                "sessions": [_info_json(i) for i in page.sessions],
+                "sessions": [dataclasses.asdict(i) for i in page.sessions],
                 "next_cursor": page.next_cursor,
             }
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Mapping
 
 from alembic.runtime.environment import EnvironmentContext
 from sqlalchemy.engine import Connection
@@ -23,8 +24,11 @@ SESSIONS_TABLE_ENV = "AGENTS_MEMORY_SESSIONS_TABLE"
 MESSAGES_TABLE_ENV = "AGENTS_MEMORY_MESSAGES_TABLE"
 
 
-def resolve_names(x_args: dict[str, str]) -> TableNames:
-    """``-x sessions_table=… -x messages_table=…``, else the environment, else the defaults."""
+def resolve_names(x_args: Mapping[str, str | None]) -> TableNames:
+    """``-x sessions_table=… -x messages_table=…``, else the environment, else the defaults.
+
+    The one rule for it: the CLI passes its options (``--sessions-table`` …) here too.
+    """
     return TableNames(
         x_args.get("sessions_table")
         or os.environ.get(SESSIONS_TABLE_ENV)
@@ -35,7 +39,7 @@ def resolve_names(x_args: dict[str, str]) -> TableNames:
     )
 
 
-def resolve_url(x_args: dict[str, str]) -> str:
+def resolve_url(x_args: Mapping[str, str | None]) -> str:
     """``-x url=…``, else ``$AGENTS_MEMORY_URL``, else the embedded SQLite default."""
     return x_args.get("url") or os.environ.get(URL_ENV) or DEFAULT_URL
 

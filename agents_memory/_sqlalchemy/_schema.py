@@ -8,7 +8,7 @@ import weakref
 from collections.abc import Iterator
 
 from sqlalchemy import inspect
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -28,9 +28,9 @@ _MISSING_MARKERS = (
 _MISSING_SQLSTATES = {"42P01", "42703"}  # undefined table / column (Postgres)
 
 
-def upgrade_command(engine: AsyncEngine, names: TableNames) -> str:
+def upgrade_command(url: str | URL, names: TableNames) -> str:
     """The exact shell command that brings this database's schema up to date."""
-    parts = ["agents-memory", "db", "upgrade", "--url", f"'{mask_url(engine.url)}'"]
+    parts = ["agents-memory", "db", "upgrade", "--url", f"'{mask_url(url)}'"]
     if names != TableNames():
         parts += ["--sessions-table", names.sessions, "--messages-table", names.messages]
     return " ".join(parts)
@@ -54,7 +54,7 @@ def schema_errors(engine: AsyncEngine, names: TableNames) -> Iterator[None]:
             raise
         msg = (
             f"the agents_memory tables ({names.sessions}, {names.messages}) are missing or out "
-            f"of date in {mask_url(engine.url)}; run `{upgrade_command(engine, names)}` "
+            f"of date in {mask_url(engine.url)}; run `{upgrade_command(engine.url, names)}` "
             "(or pass create_tables=True during development)"
         )
         raise SchemaNotReadyError(msg) from exc
@@ -75,7 +75,7 @@ def _not_ready(engine: AsyncEngine, names: TableNames, at: str | None, head: str
         )
     else:
         state = f"the agents_memory schema ({where}) is at revision {at}, not {head}"
-    return f"{state}; run `{upgrade_command(engine, names)}` (or pass create_tables=True)"
+    return f"{state}; run `{upgrade_command(engine.url, names)}` (or pass create_tables=True)"
 
 
 async def ensure_schema(engine: AsyncEngine, names: TableNames, *, create: bool) -> None:
@@ -108,7 +108,7 @@ async def ensure_schema(engine: AsyncEngine, names: TableNames, *, create: bool)
                     names.sessions,
                     names.messages,
                     mask_url(engine.url),
-                    upgrade_command(engine, names),
+                    upgrade_command(engine.url, names),
                 )
             elif at != head:
                 raise SchemaNotReadyError(_not_ready(engine, names, at, head))
