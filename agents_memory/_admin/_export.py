@@ -20,6 +20,8 @@ from agents_memory._admin._transfer import (
     NoProgress,
     Progress,
     TransferResult,
+    named_pages,
+    named_states,
     store_pages,
     transfer,
 )
@@ -52,13 +54,12 @@ async def export(
     async with open_store(target) as store:
         bulk = bulk_for(store)
         if session_ids:
-            states = await bulk.states_of(list(dict.fromkeys(session_ids)))
+            states = await named_states(bulk, session_ids, where=str(target))
             total = sum(state.item_count for state in states.values())
+            pages = named_pages(bulk, states, batch_size=batch_size)
         else:
             total = (await store.stats(largest=0)).items
-        pages = store_pages(
-            bulk, batch_size=batch_size, session_ids=session_ids or None, where=str(target)
-        )
+            pages = store_pages(bulk, batch_size=batch_size)
         progress.start(total)
         async for page in pages:
             for src in page:

@@ -246,32 +246,38 @@ def _source(bulk: Bulk, state: SessionState, batch_size: int) -> SourceSession:
     )
 
 
-async def store_pages(
-    bulk: Bulk,
-    *,
-    batch_size: int,
-    session_ids: Sequence[str] | None = None,
-    where: str = "the source",
-) -> AsyncIterator[list[SourceSession]]:
-    """A store's sessions as pages for :func:`transfer` or export: all, or ``session_ids``.
+async def named_states(
+    bulk: Bulk, session_ids: Sequence[str], where: str
+) -> dict[str, SessionState]:
+    """The named sessions' states, in the order named (once each); a missing one is an error.
 
-    All sessions are walked in session-id order (a stable keyset, so sessions
-    created meanwhile are picked up by the next run rather than shifting pages).
-    Named sessions are looked up first, and a missing one is an error before
-    anything is read.
+    Looked up before anything is read or written, so a typo fails the whole command.
     """
-    if session_ids:
-        wanted = list(dict.fromkeys(session_ids))
-        states = await bulk.states_of(wanted)
-        missing = [sid for sid in wanted if sid not in states]
-        if missing:
-            names = ", ".join(repr(s) for s in missing)
-            msg = f"no session {names} in {where}; see `agents-memory sessions list`"
-            raise NotFoundError(msg)
-        for start in range(0, len(wanted), PAGE_SIZE):
-            chunk = wanted[start : start + PAGE_SIZE]
-            yield [_source(bulk, states[sid], batch_size) for sid in chunk]
-        return
+    wanted = list(dict.fromkeys(session_ids))
+    states = await bulk.states_of(wanted)
+    missing = [sid for sid in wanted if sid not in states]
+    if missing:
+        names = ", ".join(repr(s) for s in missing)
+        msg = f"no session {names} in {where}; see `agents-memory sessions list`"
+        raise NotFoundError(msg)
+    return {sid: states[sid] for sid in wanted}
+
+
+async def named_pages(
+    bulk: Bulk, states: dict[str, SessionState], *, batch_size: int
+) -> AsyncIterator[list[SourceSession]]:
+    """The sessions of :func:`named_states` as pages for :func:`transfer` or export."""
+    chosen = list(states.values())
+    for start in range(0, len(chosen), PAGE_SIZE):
+        yield [_source(bulk, state, batch_size) for state in chosen[start : start + PAGE_SIZE]]
+
+
+async def store_pages(bulk: Bulk, *, batch_size: int) -> AsyncIterator[list[SourceSession]]:
+    """All of a store's sessions as pages for :func:`transfer` or export, in session-id order.
+
+    A stable keyset: sessions created meanwhile are picked up by the next run
+    rather than shifting pages.
+    """
     after: str | None = None
     while True:
         page = await bulk.states_after(after, PAGE_SIZE)
