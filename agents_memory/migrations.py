@@ -63,9 +63,7 @@ def history() -> list[Revision]:
     revs = [
         Revision(
             r.revision,
-            r.down_revision
-            if isinstance(r.down_revision, str) or r.down_revision is None
-            else None,
+            r.down_revision if isinstance(r.down_revision, str) else None,  # (a merge: None)
             (r.doc or "").strip(),
         )
         for r in script_directory().walk_revisions()
@@ -177,14 +175,11 @@ async def current(
 
 
 def _check(connection: Connection, names: TableNames) -> list[str]:
-    at = _current(connection, names)
+    context = MigrationContext.configure(connection, opts=migration_opts(names))
+    at = context.get_current_revision()
     newest = head_revision()
     if at != newest:
         return [f"database is at revision {at or 'none (never migrated)'}, not at head {newest}"]
-    context = MigrationContext.configure(
-        connection,
-        opts=migration_opts(names),
-    )
     diffs = compare_metadata(context, get_models(names).metadata)
     return [str(d) for d in diffs]
 

@@ -1,23 +1,24 @@
 """The body of the repository's ``env.py``: plain ``alembic`` from the repository root.
 
 URL and table names come from ``-x`` arguments, else the environment, else the
-defaults; async URLs work (the migration runs through the async engine).
+defaults; async URLs work (the migration runs through the async engine, on one connection, as the
+``agents_memory.migrations`` functions do).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Mapping
 
 from alembic.runtime.environment import EnvironmentContext
 from sqlalchemy.engine import Connection
-from sqlalchemy.pool import NullPool
 
 from agents_memory._migrations._runner import lock, migration_opts, sqlite_foreign_keys_off
-from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 from agents_memory._urls import DEFAULT_URL
+from agents_memory.migrations import _on_connection as on_connection
 
 URL_ENV = "AGENTS_MEMORY_URL"
 SESSIONS_TABLE_ENV = "AGENTS_MEMORY_SESSIONS_TABLE"
@@ -51,16 +52,6 @@ def _run_on(context: EnvironmentContext, connection: Connection, names: TableNam
             context.run_migrations()
 
 
-async def _run_async(context: EnvironmentContext, url: str, names: TableNames) -> None:
-    engine = create_engine(url, poolclass=NullPool)
-    try:
-        async with engine.connect() as conn:
-            await conn.run_sync(lambda sync: _run_on(context, sync, names))
-            await conn.commit()
-    finally:
-        await engine.dispose()
-
-
 def run(context: EnvironmentContext) -> None:
     """Entry point of ``env.py``, online or offline (``--sql``)."""
     x_args = context.get_x_argument(as_dictionary=True)
@@ -70,4 +61,5 @@ def run(context: EnvironmentContext) -> None:
         with context.begin_transaction():
             context.run_migrations()
     else:
-        asyncio.run(_run_async(context, resolve_url(x_args), names))
+        run_on = functools.partial(_run_on, context, names=names)
+        asyncio.run(on_connection(resolve_url(x_args), run_on, commit=True))
