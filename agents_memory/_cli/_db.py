@@ -39,6 +39,10 @@ def _rev(revision: str | None) -> str:
     return f"{revision} (head)" if revision == migrations.head() else revision
 
 
+def _migration_json(done: ops.Migration) -> dict[str, str | None]:
+    return {"from": done.before, "to": done.after, "head": migrations.head()}
+
+
 @app.command(
     epilog="Examples:\n\n  agents-memory db upgrade\n\n"
     "  agents-memory db upgrade --url postgresql://app@db/agents --sessions-table chat_sessions "
@@ -56,7 +60,7 @@ def upgrade(
     where = target(ctx, url, sessions_table, messages_table)
     done = run(ctx, ops.upgrade(where, revision=revision))
     if wants_json(ctx, json_):
-        print_json({"from": done.before, "to": done.after, "head": migrations.head()})
+        print_json(_migration_json(done))
     elif done.before == done.after:
         typer.echo(f"{where} is already at {_rev(done.after)}; nothing to do")
     else:
@@ -83,7 +87,7 @@ def downgrade(
         typer.confirm(f"Downgrade {where} to {revision}? This {what}.", abort=True)
     done = run(ctx, ops.downgrade(where, revision=revision))
     if wants_json(ctx, json_):
-        print_json({"from": done.before, "to": done.after, "head": migrations.head()})
+        print_json(_migration_json(done))
     else:
         typer.echo(f"downgraded {where} from {_rev(done.before)} to {_rev(done.after)}")
 

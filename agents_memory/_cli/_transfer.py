@@ -105,14 +105,15 @@ def export(
     as_json = wants_json(ctx, json_)
     if output is None:
         stream = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
+        on_terminal = show_progress(data_on_stdout=True)
         try:
-            with progress("export", enabled=show_progress(data_on_stdout=True)) as bar:
+            with progress("export", enabled=on_terminal) as bar:
                 work = export_stream(where, stream, session_ids=ids, batch_size=batch, progress=bar)
                 done = run(ctx, work)
         finally:
             stream.flush()
             stream.detach()
-        if show_progress(data_on_stdout=True):
+        if on_terminal:
             err().print(_exported(done), markup=False)
         return
     with progress("export", enabled=show_progress(json_output=as_json)) as bar:
