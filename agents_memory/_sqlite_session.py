@@ -31,13 +31,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from agents_memory import _sqlite_jobs as sqlite_jobs
+from agents_memory import migrations
 from agents_memory._codec import decode_rows, encode_items
+from agents_memory._databases import sqlite as lite
 from agents_memory._errors import SessionClosedError
 from agents_memory._ids import validate_session_id
 from agents_memory._protocol import SessionABC, SessionSettings, TResponseInputItem, resolve_limit
-from agents_memory._sqlalchemy._engine import SQLITE_BUSY_TIMEOUT_MS, configure_sqlite
-from agents_memory._sqlite_sql import SQLiteSQL, sql_for
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 
 T = TypeVar("T")
@@ -101,27 +100,28 @@ def _snapshot(conn: sqlite3.Connection) -> Iterator[None]:
         conn.rollback()
 
 
-def _connect(path: str, sql: SQLiteSQL, write_lock: threading.Lock) -> sqlite3.Connection:
+def _connect(path: str, names: TableNames, write_lock: threading.Lock) -> sqlite3.Connection:
     """Open and configure a connection, and create the tables if they do not exist yet."""
     # isolation_level=None: no implicit BEGINs; transactions are exactly ours (_snapshot and
-    # the shared write transactions of _sqlite_jobs).
+    # the SQLite module's write transactions).
     conn = sqlite3.connect(
         path,
-        timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
+        timeout=lite.BUSY_TIMEOUT_MS / 1000,
         isolation_level=None,
         check_same_thread=True,
     )
     try:
-        configure_sqlite(conn, wal=False)  # WAL below, under the write lock
+        lite.configure(conn, wal=False)  # WAL below, under the write lock
+        create, exists, stamp_head = lite.schema_sql(names, migrations.head())
         with write_lock:
             if path != MEMORY:
                 conn.execute("PRAGMA journal_mode = WAL")
-            with sqlite_jobs.write_transaction(conn):
+            with lite.write_transaction(conn):
                 # Existing tables (seed, SDK, an older revision) are used as they are:
                 # adding head-only objects to them would break their next migration.
-                if not conn.execute(sql.sessions_table_exists).fetchone():
+                if not conn.execute(exists).fetchone():
                     # Created at head, and recorded so, as `agents-memory db upgrade` would.
-                    for statement in (*sql.create_schema, *sql.stamp_head):
+                    for statement in (*create, *stamp_head):
                         conn.execute(statement)
     except BaseException:
         conn.close()
@@ -155,7 +155,7 @@ class SQLiteSession(SessionABC):
         self.messages_table: str = names.messages
         self._names = names
         self._path = _database_path(db_path)
-        self._sql = sql_for(names)
+        self._sql = lite.compiled(names)
         self._file_lock = _file_lock(self._path)  # held, so every session on the file shares it
         self._write_lock = self._file_lock.lock
         self._guard = threading.Lock()
@@ -190,7 +190,7 @@ class SQLiteSession(SessionABC):
         conn = self._conn
         if conn is None:
             # Opened lazily, here, so that neither the constructor nor the loop does file I/O.
-            conn = self._conn = _connect(self._path, self._sql, self._write_lock)
+            conn = self._conn = _connect(self._path, self._names, self._write_lock)
         return operation(conn)
 
     def _close_in_worker(self) -> None:
@@ -212,19 +212,19 @@ class SQLiteSession(SessionABC):
         return await self._call(functools.partial(self._get, n))  # type: ignore[arg-type]
 
     def _get(self, limit: int | None, conn: sqlite3.Connection) -> list[dict[str, Any]]:
-        sql, sid = self._sql.driver, self.session_id
+        ex, sid = lite.LiteExecutor(conn, self._sql), self.session_id
         with _snapshot(conn):  # one snapshot, even across the refill reads
             if limit is None:
-                rows = conn.execute(sql.select_all, {"sid": sid}).fetchall()
+                rows = ex.rows("select_all", {"sid": sid})
                 return decode_rows(rows, on_corrupt="skip")
-            fetched = conn.execute(sql.select_latest, {"sid": sid, "n": limit}).fetchall()
+            fetched = ex.rows("select_latest", {"sid": sid, "n": limit})
             items = decode_rows(reversed(fetched), on_corrupt="skip")
             want = limit
             # Corrupt rows were skipped: read further back so ``limit`` counts valid items.
             while len(items) < limit and len(fetched) == want:
                 want = limit - len(items)
                 params = {"sid": sid, "before": fetched[-1][0], "n": want}
-                fetched = conn.execute(sql.select_older, params).fetchall()
+                fetched = ex.rows("select_older", params)
                 items = decode_rows(reversed(fetched), on_corrupt="skip") + items
             return items
 
@@ -241,8 +241,8 @@ class SQLiteSession(SessionABC):
         await self._call(functools.partial(self._add, data))
 
     def _add(self, data: list[str], conn: sqlite3.Connection) -> None:
-        with self._write_lock:
-            sqlite_jobs.add(conn, self._sql.driver, self.session_id, data)
+        with self._write_lock, lite.write_transaction(conn):
+            lite.add_body(lite.LiteExecutor(conn, self._sql), self.session_id, data)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Atomically remove and return the newest item; ``None`` when the session is empty.
@@ -253,16 +253,16 @@ class SQLiteSession(SessionABC):
         return await self._call(self._pop)  # type: ignore[arg-type]
 
     def _pop(self, conn: sqlite3.Connection) -> dict[str, Any] | None:
-        with self._write_lock:
-            return sqlite_jobs.pop(conn, self._sql.driver, self.session_id, "skip")
+        with self._write_lock, lite.write_transaction(conn):
+            return lite.pop_body(lite.LiteExecutor(conn, self._sql), self.session_id, "skip")
 
     async def clear_session(self) -> None:
         """Delete the session and all of its items."""
         await self._call(self._clear)
 
     def _clear(self, conn: sqlite3.Connection) -> None:
-        with self._write_lock:
-            sqlite_jobs.clear(conn, self._sql.driver, self.session_id)
+        with self._write_lock, lite.write_transaction(conn):
+            lite.clear_body(lite.LiteExecutor(conn, self._sql), self.session_id)
 
     # -- lifetime -----------------------------------------------------------------------------
 

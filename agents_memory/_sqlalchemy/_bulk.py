@@ -18,13 +18,12 @@ import dataclasses
 import datetime as dt
 import functools
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     Delete,
     Insert,
     Select,
-    String,
     Table,
     Update,
     bindparam,
@@ -42,7 +41,7 @@ from agents_memory._ids import validate_session_id
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._metadata import validate_metadata
 from agents_memory._sqlalchemy._store import SessionStore
-from agents_memory._sqlalchemy._timestamps import naive_utc, sqlite_text
+from agents_memory._sqlalchemy._timestamps import naive_utc
 from agents_memory._tables import TableNames
 from agents_memory.models import get_models
 
@@ -117,12 +116,12 @@ class _Statements:
 
 
 @functools.cache
-def _statements(names: TableNames, dialect: str) -> _Statements:
+def _statements(names: TableNames, db: Any) -> _Statements:  # noqa: ANN401 - type[Database]
     models = get_models(names)
     s: Table = models.Session.__table__
     m: Table = models.Message.__table__
-    # SQLite keeps times as text: bind our own text (see _timestamps), not SQLAlchemy's format.
-    stamp: TypeEngine[Any] = String() if dialect == "sqlite" else s.c.created_at.type
+    # Times are bound as the database's column takes them (SQLite: its own text format).
+    stamp: TypeEngine[Any] = db.stamp_type(s.c.created_at.type)
     ids: Any = bindparam("ids", expanding=True)
     count = select(func.count()).where(m.c.session_id == s.c.session_id).scalar_subquery()
     last_id = select(func.max(m.c.id)).where(m.c.session_id == s.c.session_id).scalar_subquery()
@@ -158,11 +157,8 @@ class Bulk:
     def __init__(self, backend: Backend, *, on_corrupt: OnCorrupt = "skip") -> None:
         self._backend = backend
         self._on_corrupt: OnCorrupt = on_corrupt
-        self._st = _statements(backend.names, backend.state.dialect)
-        self._sqlite = backend.state.dialect == "sqlite"
-
-    def _stamp(self, value: dt.datetime) -> object:
-        return sqlite_text(value) if self._sqlite else value
+        self._st = _statements(backend.names, cast("Any", backend.db))
+        self._stamp = backend.db.stamp
 
     # -- reads --------------------------------------------------------------------------------
 

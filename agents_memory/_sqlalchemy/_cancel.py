@@ -9,10 +9,10 @@ connection *is* the database, so all of it is lost. So on SQLite an operation ru
 to completion in its own task, and the caller's ``CancelledError`` is raised after
 it: the session is left fully before or fully after the operation.
 
-The SQLite driver path (``_lite``) gets the same guarantee more cheaply once the
-backend is ready: a write is one job on the connection's thread, and its cancel is
-raised when the job is done; so only the SQLAlchemy path and a backend's first
-operation (which checks the schema) are wrapped here.
+The SQLite driver runner (``_databases/sqlite.py``) gets the same guarantee more
+cheaply: an operation is one job on its own thread, and a cancel is raised once
+that job is done; so only the SQLAlchemy runner on SQLite and a backend's first
+operation (which checks the schema) are run to completion here.
 
 Postgres needs none of this: a cancelled statement is cancelled on the server and
 the connection is dropped, which rolls back anything uncommitted, so cancels there

@@ -157,6 +157,34 @@ def _deadlocked(exc: DBAPIError) -> bool:
     return bool(args) and args[0] == _MYSQL_DEADLOCK
 
 
+def retry_delay(exc: BaseException, attempt: int) -> float | None:
+    """How long to wait before running a failed operation again, or ``None``: do not.
+
+    ``attempt`` counts the failures so far (1 for the first). The same two cases
+    as :func:`retry_when_safe`: a statement the driver never sent (once), and a
+    deadlock victim (up to ``DEADLOCK_RETRIES`` times, then
+    :class:`DatabaseBusyError`).
+    """
+    if not isinstance(exc, DBAPIError):
+        return None
+    if _deadlocked(exc):
+        if attempt > DEADLOCK_RETRIES:
+            msg = (
+                f"the database chose this operation as a deadlock victim on {attempt} "
+                "attempts in a row; each time it was rolled back whole, so nothing was "
+                "written and it can be retried (many writers contend for the same "
+                "session's rows)"
+            )
+            raise DatabaseBusyError(msg) from exc
+        # Jitter, not a schedule: the other party should get through first.
+        return random.uniform(0, 0.004 * 2**attempt)  # noqa: S311
+    if attempt == 1 and exc.connection_invalidated:
+        text = str(exc.orig)
+        if any(marker in text for marker in _UNSENT_MARKERS):
+            return 0.0
+    return None
+
+
 def retry_when_safe(
     method: Callable[Concatenate[S, P], Coroutine[Any, Any, T]],
 ) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:

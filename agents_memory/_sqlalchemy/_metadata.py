@@ -5,29 +5,15 @@ Kept apart from the hot path: these are the operations revision 0002 added.
 
 from __future__ import annotations
 
-import functools
-import json
 import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import (
-    BindParameter,
-    ColumnElement,
-    Executable,
-    Table,
-    and_,
-    bindparam,
-    func,
-    select,
-    type_coerce,
-)
-from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy import ColumnElement, Executable, Table, bindparam, select
 
 from agents_memory._codec import encode_item
-from agents_memory._tables import TableNames
-from agents_memory.models import current_timestamp, get_models
+from agents_memory._databases.base import Database
 
 _FILTER_KEY = re.compile(r'[^"\\\x00-\x1f]{1,255}\Z')
 FilterValue = str | int | float | bool
@@ -65,42 +51,10 @@ def _check_json_text(value: str) -> None:
         raise ValueError(msg) from None
 
 
-@functools.cache
-def _statements(names: TableNames, dialect: str) -> tuple[Executable, Executable]:
-    sessions: Table = get_models(names).Session.__table__
+def get_metadata_statement(sessions: Table) -> Executable:
+    """Read a session's metadata (param ``sid``); the upsert is the database module's."""
     sid = bindparam("sid", type_=sessions.c.session_id.type)
-    meta = bindparam("meta", type_=sessions.c["metadata"].type)
-    read = select(sessions.c["metadata"]).where(sessions.c.session_id == sid)
-    if dialect == "mysql":
-        return _mysql_upsert(sessions, sid, meta), read
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    upsert = (
-        insert(sessions)
-        .values(session_id=sid, metadata=meta)
-        .on_conflict_do_update(
-            index_elements=[sessions.c.session_id],
-            set_={"metadata": meta, "updated_at": func.current_timestamp()},
-        )
-    )
-    return upsert, read
-
-
-def _mysql_upsert(sessions: Table, sid: BindParameter[str], meta: BindParameter[Any]) -> Executable:
-    return (
-        mysql.insert(sessions)
-        .values(session_id=sid, metadata=meta)
-        .on_duplicate_key_update(metadata=meta, updated_at=current_timestamp())
-    )
-
-
-def set_metadata_statement(names: TableNames, dialect: str) -> Executable:
-    """Create-or-replace a session's metadata (params ``sid``, ``meta``); bumps ``updated_at``."""
-    return _statements(names, dialect)[0]
-
-
-def get_metadata_statement(names: TableNames, dialect: str) -> Executable:
-    """Read a session's metadata (param ``sid``)."""
-    return _statements(names, dialect)[1]
+    return select(sessions.c["metadata"]).where(sessions.c.session_id == sid)
 
 
 def _validate_filter(wanted: object) -> Mapping[str, FilterValue]:
@@ -125,55 +79,11 @@ def _validate_filter(wanted: object) -> Mapping[str, FilterValue]:
 
 
 def metadata_filter(
-    sessions: Table, dialect: str, wanted: Mapping[str, FilterValue]
+    db: type[Database], sessions: Table, wanted: Mapping[str, FilterValue]
 ) -> ColumnElement[bool]:
-    """Sessions whose metadata has every key of ``wanted`` with exactly that scalar value."""
-    column = sessions.c["metadata"]
-    wanted = _validate_filter(wanted)
-    if dialect == "postgresql":
-        # JSONB @> containment (a GIN index on the column would serve it).
-        return type_coerce(column, postgresql.JSONB()).contains(dict(wanted))
-    if dialect == "mysql":
-        return _mysql_filter(column, wanted)
-    conditions: list[ColumnElement[bool]] = []
-    for key, value in wanted.items():
-        path = "$." + json.dumps(key)
-        kind = func.json_type(column, path)
-        if isinstance(value, bool):
-            conditions.append(kind == ("true" if value else "false"))
-        elif isinstance(value, str):
-            conditions += [kind == "text", func.json_extract(column, path) == value]
-        else:
-            conditions += [kind.in_(["integer", "real"]), func.json_extract(column, path) == value]
-    return and_(*conditions)
+    """Sessions whose metadata has every key of ``wanted`` with exactly that scalar value.
 
-
-def _mysql_json_types(value: FilterValue) -> tuple[str, ...]:
-    """The ``JSON_TYPE`` names a stored value may have to equal ``value`` (MariaDB's too)."""
-    if isinstance(value, bool):
-        return ("BOOLEAN",)
-    if isinstance(value, str):
-        return ("STRING",)
-    return ("INTEGER", "UNSIGNED INTEGER", "DOUBLE", "DECIMAL")
-
-
-def _mysql_filter(
-    column: ColumnElement[Any], wanted: Mapping[str, FilterValue]
-) -> ColumnElement[bool]:
-    """``JSON_CONTAINS`` at each key's path, with ``JSON_TYPE`` pinning the kind of value.
-
-    On a scalar, containment is JSON equality (exact strings, numbers by value);
-    the type check keeps ``True`` from matching ``1`` and a string from matching
-    an array that holds it (MySQL's containment looks inside arrays). Works on
-    MySQL's JSON type and on MariaDB's JSON-checked ``LONGTEXT`` alike.
+    The filter is validated here, the same for every database; the SQL is the
+    database module's (JSONB containment, ``JSON_CONTAINS``, ``json_extract``).
     """
-    conditions: list[ColumnElement[bool]] = []
-    for key, value in wanted.items():
-        path = "$." + json.dumps(key, ensure_ascii=False)  # the key has no quote or backslash
-        kind = func.json_type(func.json_extract(column, path))
-        candidate = json.dumps(value, ensure_ascii=False)
-        conditions += [
-            kind.in_(_mysql_json_types(value)),
-            func.json_contains(column, candidate, path) == 1,
-        ]
-    return and_(*conditions)
+    return db.metadata_filter(sessions, _validate_filter(wanted))

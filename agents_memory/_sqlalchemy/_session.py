@@ -15,11 +15,7 @@ from agents_memory._ids import validate_session_id
 from agents_memory._protocol import SessionABC, SessionSettings, TResponseInputItem, resolve_limit
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._engine import create_engine
-from agents_memory._sqlalchemy._metadata import (
-    get_metadata_statement,
-    set_metadata_statement,
-    validate_metadata,
-)
+from agents_memory._sqlalchemy._metadata import get_metadata_statement, validate_metadata
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 from agents_memory._urls import mask_url
 
@@ -93,7 +89,7 @@ class SQLAlchemySession(AsyncClosing, SessionABC):
         """
         engine = create_engine(url, **(engine_kwargs or {}))
         self = cls(session_id, engine=engine, **kwargs)
-        self._backend.owns_engine = True
+        self._backend.own_engine(f"{cls.__name__} {session_id!r}")
         return self
 
     @property
@@ -150,7 +146,7 @@ class SQLAlchemySession(AsyncClosing, SessionABC):
     async def get_metadata(self) -> dict[str, Any]:
         """The session's metadata tags (``{}`` when none were set or the session is new)."""
         backend = self._live()
-        statement = get_metadata_statement(backend.names, backend.state.dialect)
+        statement = get_metadata_statement(backend.st.sessions)
         async with backend.reading() as conn:
             value = (await conn.execute(statement, {"sid": self.session_id})).scalar()
         return dict(value) if isinstance(value, dict) else {}
@@ -165,9 +161,10 @@ class SQLAlchemySession(AsyncClosing, SessionABC):
         """
         backend = self._live()
         value = validate_metadata(metadata)
-        statement = set_metadata_statement(backend.names, backend.state.dialect)
+        statement = backend.db.upsert_metadata(backend.st.sessions)
+        params = {"sid": self.session_id, "meta": value, **backend.db.metadata_params()}
         async with backend.writing() as conn:
-            await conn.execute(statement, {"sid": self.session_id, "meta": value})
+            await conn.execute(statement, params)
 
     async def close(self) -> None:
         """Close this session; dispose the engine too if the session created it (``from_url``).

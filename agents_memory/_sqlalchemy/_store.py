@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Self
 
-from sqlalchemy import Select, String, bindparam, func, select, tuple_
+from sqlalchemy import Select, bindparam, func, select, tuple_
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -26,7 +26,6 @@ from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._metadata import FilterValue, metadata_filter
 from agents_memory._sqlalchemy._session import SQLAlchemySession
 from agents_memory._sqlalchemy._stats import StoreStats, store_stats
-from agents_memory._sqlalchemy._timestamps import sqlite_text
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 from agents_memory._urls import DEFAULT_URL, mask_url
 
@@ -95,7 +94,7 @@ class SessionStore(AsyncClosing):
         """Create a store that owns an engine for ``url``; close it with ``close()``."""
         engine = create_engine(url, **(engine_kwargs or {}))
         self = cls(engine, **kwargs)
-        self._backend.owns_engine = True
+        self._backend.own_engine(cls.__name__)
         return self
 
     @property
@@ -156,13 +155,13 @@ class SessionStore(AsyncClosing):
         query = self._listing().order_by(s.updated_at.desc(), s.session_id.desc()).limit(limit + 1)
         if metadata is not None:
             sessions = self._backend.st.sessions
-            query = query.where(metadata_filter(sessions, self._backend.state.dialect, metadata))
+            query = query.where(metadata_filter(self._backend.db, sessions, metadata))
         if cursor is not None:
             stamp, after_id = _decode_cursor(cursor)
-            stamp_param: Any = stamp
-            if self._backend.state.dialect == "sqlite":
-                # SQLite keeps CURRENT_TIMESTAMP text; compare in the same format, not SQLAlchemy's.
-                stamp_param = bindparam("after_stamp", sqlite_text(stamp), type_=String())
+            db = self._backend.db  # the time as the column holds it (SQLite: its own text)
+            stamp_param = bindparam(
+                "after_stamp", db.stamp(stamp), type_=db.stamp_type(s.updated_at.type)
+            )
             query = query.where(tuple_(s.updated_at, s.session_id) < tuple_(stamp_param, after_id))
         rows = await self._backend.fetch(query)
         infos = [self._info(r) for r in rows[:limit]]

@@ -1,0 +1,494 @@
+"""What every database module provides, and the parts they share.
+
+The package never asks which database it is on: the backend looks up the
+module for an engine once (:func:`database_for`, a registry keyed by
+SQLAlchemy's dialect name, as Alembic's ``DefaultImpl`` is) and calls it. A
+database module holds its statements (built here from the declarative models,
+with the few per-database constructs it overrides), its transaction and pop
+rules, its connection set-up and its driver runner.
+
+Two runners execute one set of statements:
+
+* the **driver runner** of each module runs the statements compiled once by
+  SQLAlchemy's compiler (:class:`CompiledSQL`) on the driver's own connection;
+* the **SQLAlchemy runner** (:class:`CoreRunner`) runs the same ``Executable``
+  objects through an ``AsyncConnection``: what an engine with ``echo``, execution
+  events or connect-time customisation gets, so what it observes sees every
+  statement.
+
+An operation's body is written once per database against :class:`Executor`
+(async) or :class:`SyncExecutor` (SQLite's, which runs on a thread); each runner
+hands the body an executor of its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import functools
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, ClassVar, Protocol, TypeVar
+
+from sqlalchemy import (
+    ColumnElement,
+    Executable,
+    Table,
+    bindparam,
+    delete,
+    insert,
+    select,
+)
+from sqlalchemy.engine import URL, Connection, Dialect, Engine
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from agents_memory._codec import OnCorrupt
+from agents_memory._tables import TableNames
+from agents_memory.models import get_models
+
+T = TypeVar("T")
+
+Row = Sequence[Any]
+"""``(id, message_data)`` as a runner returns it (a driver row or a SQLAlchemy ``Row``)."""
+
+MetadataFilterValue = str | int | float | bool
+
+
+# -- statements ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Statements:
+    """The protocol's statements for one table-name set on one database, built from the models.
+
+    Every field but the tables is an ``Executable`` whose bind parameter names are
+    the contract with the operation bodies: ``sid``, ``data``, ``n``, ``after``,
+    ``before``, ``id`` and, where the database takes the clock from the client
+    (SQLite), ``now``.
+    """
+
+    sessions: Table
+    messages: Table
+    upsert_session: Executable
+    """Create the session row or bump its ``updated_at`` (``sid``)."""
+    insert_message: Executable
+    """One item row; run with many parameter sets (``sid``, ``data``)."""
+    select_all: Executable
+    """Every ``(id, message_data)`` oldest first (``sid``)."""
+    select_latest: Executable
+    """The newest ``n`` rows, newest first (``sid``, ``n``)."""
+    select_after: Executable
+    """Up to ``n`` rows above id ``after``, oldest first (``sid``, ``after``, ``n``)."""
+    select_older: Executable
+    """Up to ``n`` rows below id ``before``, newest first (``sid``, ``before``, ``n``)."""
+    pop: Executable
+    """Remove and return the newest row, or (MySQL) select and lock it (``sid``)."""
+    delete_row: Executable
+    """Delete one row by id (``id``): MySQL's second half of a pop."""
+    delete_messages: Executable
+    """All items of a session (``sid``)."""
+    delete_session: Executable
+    """The session row (``sid``); returns the id where the database can."""
+    append: Executable | None = None
+    """Postgres: upsert and multi-row insert as one statement (``sid``, ``data``)."""
+    clear: Executable | None = None
+    """Postgres: both deletes as one statement, returning the session id (``sid``)."""
+    limits: Executable | None = None
+    """MySQL: the server's statement size limit (``max_allowed_packet``)."""
+
+
+def sid_param(sessions: Table) -> Any:  # noqa: ANN401 - a BindParameter
+    """The ``sid`` bind parameter, typed as the session id column."""
+    return bindparam("sid", type_=sessions.c.session_id.type)
+
+
+def portable_statements(
+    names: TableNames,
+    *,
+    now: ColumnElement[Any],
+    upsert_session: Callable[[Table, Any, ColumnElement[Any]], Executable],
+) -> Statements:
+    """The statements every database shares; a module replaces the few it writes its own way.
+
+    ``now`` is the database's clock expression (or a client-side parameter) and
+    ``upsert_session`` builds its create-or-touch statement for the sessions row.
+    """
+    models = get_models(names)
+    sessions: Table = models.Session.__table__
+    messages: Table = models.Message.__table__
+    sid = sid_param(sessions)
+    cols = (messages.c.id, messages.c.message_data)
+    mine = messages.c.session_id == sid
+    newest = select(*cols).where(mine).order_by(messages.c.id.desc())
+    return Statements(
+        sessions=sessions,
+        messages=messages,
+        upsert_session=upsert_session(sessions, sid, now),
+        insert_message=insert(messages).values(
+            session_id=bindparam("sid"), message_data=bindparam("data"), created_at=now
+        ),
+        select_all=select(*cols).where(mine).order_by(messages.c.id),
+        select_latest=newest.limit(bindparam("n")),
+        select_after=select(*cols)
+        .where(mine, messages.c.id > bindparam("after"))
+        .order_by(messages.c.id)
+        .limit(bindparam("n")),
+        select_older=newest.where(messages.c.id < bindparam("before")).limit(bindparam("n")),
+        pop=delete(messages)
+        .where(messages.c.id == newest.with_only_columns(messages.c.id).limit(1).scalar_subquery())
+        .returning(*cols),
+        delete_row=delete(messages).where(messages.c.id == bindparam("id")),
+        delete_messages=delete(messages).where(mine),
+        delete_session=delete(sessions)
+        .where(sessions.c.session_id == sid)
+        .returning(sessions.c.session_id),
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CompiledSQL:
+    """One statement compiled for a driver: its text and how to order the parameters.
+
+    SQLAlchemy's compiler quotes identifiers and renders the driver's
+    placeholder style; constants of the statement (``LIMIT 1``, ``OFFSET 0``)
+    are bind parameters whose values are taken from the compiled form once.
+    """
+
+    sql: str
+    order: tuple[str, ...]
+    constants: Mapping[str, Any]
+
+    def positional(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The parameters in placeholder order (for ``?``, ``$n`` and ``%s`` drivers)."""
+        constants = self.constants
+        return tuple(params[k] if k in params else constants[k] for k in self.order)
+
+
+def compile_for(statement: Executable, dialect: Dialect) -> CompiledSQL:
+    """Compile ``statement`` once for ``dialect`` (the engine's: same quoting, same style)."""
+    compiled: Any = statement.compile(dialect=dialect)  # type: ignore[attr-defined]
+    order = tuple(compiled.positiontup or ())
+    constants = {key: bind.value for key, bind in compiled.binds.items() if bind.value is not None}
+    return CompiledSQL(str(compiled), order, constants)
+
+
+# -- executors and runners ----------------------------------------------------------------------
+
+
+class Executor(Protocol):
+    """Runs statements (by ``Statements`` field name) on one connection, within one operation."""
+
+    async def rows(self, key: str, params: Mapping[str, Any]) -> Sequence[Row]:
+        """Run a statement and return all its rows."""
+        ...
+
+    async def run(self, key: str, params: Mapping[str, Any]) -> int:
+        """Run a statement for its effect; the number of rows it changed."""
+        ...
+
+    async def runmany(self, key: str, params: Sequence[Mapping[str, Any]]) -> None:
+        """Run a statement once per parameter set."""
+        ...
+
+
+class SyncExecutor(Protocol):
+    """:class:`Executor` for bodies that run on a thread (SQLite's)."""
+
+    def rows(self, key: str, params: Mapping[str, Any]) -> Sequence[Row]:
+        """Run a statement and return all its rows."""
+        ...
+
+    def run(self, key: str, params: Mapping[str, Any]) -> int:
+        """Run a statement for its effect; the number of rows it changed."""
+        ...
+
+    def runmany(self, key: str, params: Sequence[Mapping[str, Any]]) -> None:
+        """Run a statement once per parameter set."""
+        ...
+
+
+class CoreExecutor:
+    """:class:`Executor` over an ``AsyncConnection``: the statements as SQLAlchemy runs them."""
+
+    __slots__ = ("_conn", "_st")
+
+    def __init__(self, conn: AsyncConnection, st: Statements) -> None:
+        self._conn = conn
+        self._st = st
+
+    async def rows(self, key: str, params: Mapping[str, Any]) -> Sequence[Row]:
+        return (await self._conn.execute(getattr(self._st, key), dict(params))).all()
+
+    async def run(self, key: str, params: Mapping[str, Any]) -> int:
+        result = await self._conn.execute(getattr(self._st, key), dict(params))
+        return int(result.rowcount)
+
+    async def runmany(self, key: str, params: Sequence[Mapping[str, Any]]) -> None:
+        await self._conn.execute(getattr(self._st, key), [dict(p) for p in params])
+
+
+class CoreSyncExecutor:
+    """:class:`SyncExecutor` over a sync ``Connection`` (inside ``AsyncConnection.run_sync``)."""
+
+    __slots__ = ("_conn", "_st")
+
+    def __init__(self, conn: Connection, st: Statements) -> None:
+        self._conn = conn
+        self._st = st
+
+    def rows(self, key: str, params: Mapping[str, Any]) -> Sequence[Row]:
+        return self._conn.execute(getattr(self._st, key), dict(params)).all()
+
+    def run(self, key: str, params: Mapping[str, Any]) -> int:
+        result = self._conn.execute(getattr(self._st, key), dict(params))
+        return int(result.rowcount)
+
+    def runmany(self, key: str, params: Sequence[Mapping[str, Any]]) -> None:
+        self._conn.execute(getattr(self._st, key), [dict(p) for p in params])
+
+
+class Runner(Protocol):
+    """Hands an operation body an executor: for a read, or inside one write transaction."""
+
+    async def read(self, body: Callable[[Any], Awaitable[T]]) -> T:
+        """Run ``body(executor)`` for a read."""
+        ...
+
+    async def write(self, body: Callable[[Any], Awaitable[T]], *, single: bool = False) -> T:
+        """Run ``body(executor)`` as one transaction (``single``: it is one statement)."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the runner holds (connections, threads)."""
+        ...
+
+
+class CoreRunner:
+    """The SQLAlchemy runner: a connection from the engine's pool per operation.
+
+    ``autocommit_single`` lets a one-statement write run without BEGIN/COMMIT
+    where the database makes a single statement atomic on its own (Postgres).
+    """
+
+    def __init__(self, engine: AsyncEngine, st: Statements, *, autocommit_single: bool) -> None:
+        self._engine = engine
+        self._st = st
+        self._autocommit = (
+            engine.execution_options(isolation_level="AUTOCOMMIT") if autocommit_single else None
+        )
+
+    async def read(self, body: Callable[[Any], Awaitable[T]]) -> T:
+        async with (self._autocommit or self._engine).connect() as conn:
+            return await body(CoreExecutor(conn, self._st))
+
+    async def write(self, body: Callable[[Any], Awaitable[T]], *, single: bool = False) -> T:
+        if single and self._autocommit is not None:
+            async with self._autocommit.connect() as conn:
+                return await body(CoreExecutor(conn, self._st))
+        async with self._engine.begin() as conn:
+            return await body(CoreExecutor(conn, self._st))
+
+    async def close(self) -> None:
+        """Nothing of its own: the engine's pool belongs to the engine."""
+
+
+def observed(engine: AsyncEngine) -> bool:
+    """Whether ``engine`` logs or intercepts statements, so they must run through SQLAlchemy.
+
+    Checked when a backend picks its runner and before each operation (listeners
+    may be added at any time); a few attribute reads.
+    """
+    sync_engine = engine.sync_engine
+    events = sync_engine.dispatch
+    dialect_events = sync_engine.dialect.dispatch
+    return bool(
+        sync_engine.echo
+        or events.before_execute
+        or events.after_execute
+        or events.before_cursor_execute
+        or events.after_cursor_execute
+        or dialect_events.handle_error
+        or dialect_events.do_execute
+        or dialect_events.do_executemany
+    )
+
+
+def foreign_listeners(sync_engine: Engine, event_name: str, ours: Sequence[object]) -> bool:
+    """Whether someone else listens for a pool/dialect event we would bypass (``connect``…).
+
+    SQLAlchemy's own listeners (the dialect's connect hook) do not count.
+    """
+    target: Any = (
+        sync_engine.dialect.dispatch if event_name.startswith("do_") else sync_engine.pool.dispatch
+    )
+    return any(
+        fn not in ours and not str(getattr(fn, "__module__", "")).startswith("sqlalchemy.")
+        for fn in getattr(target, event_name)
+    )
+
+
+def wrap_driver_error(
+    exc: Exception,
+    engine: AsyncEngine,
+    statement: str,
+    params: object,
+    *,
+    gone: bool,
+) -> Exception:
+    """A driver's exception as SQLAlchemy's execution would raise it: a ``sqlalchemy.exc`` class.
+
+    Callers and the rest of the package see one kind of error whichever runner
+    ran the statement; parameters are hidden when the engine says so.
+    """
+    wrapped: Exception = DBAPIError.instance(
+        statement,
+        None if params is None else dict(params) if isinstance(params, Mapping) else None,
+        exc,
+        Exception,
+        hide_parameters=engine.sync_engine.hide_parameters,
+        connection_invalidated=gone,
+        dialect=engine.dialect,
+    )
+    return wrapped
+
+
+# -- the database interface ---------------------------------------------------------------------
+
+
+class Operations(Protocol):
+    """The protocol's operations on one engine and name set, as a database module runs them."""
+
+    async def add(self, session_id: str, data: Sequence[str]) -> None:
+        """Upsert the session and append the encoded items, atomically and contiguously."""
+        ...
+
+    async def latest(self, session_id: str, n: int) -> Sequence[Row]:
+        """The newest ``n`` rows, newest first."""
+        ...
+
+    async def everything(self, session_id: str) -> Sequence[Row]:
+        """Every row, oldest first."""
+        ...
+
+    async def after(self, session_id: str, after: int, n: int) -> Sequence[Row]:
+        """Up to ``n`` rows above ``after``, oldest first."""
+        ...
+
+    async def older(self, session_id: str, before: int, n: int) -> Sequence[Row]:
+        """Up to ``n`` rows below ``before``, newest first."""
+        ...
+
+    async def pop(self, session_id: str) -> dict[str, Any] | None:
+        """Remove and return the newest valid item (corrupt rows on the way: ``on_corrupt``)."""
+        ...
+
+    async def clear(self, session_id: str) -> bool:
+        """Delete the session row and its items; whether the session existed."""
+        ...
+
+    async def close(self) -> None:
+        """Release the runner's connections and threads."""
+        ...
+
+
+class Database:
+    """One database's rules. Subclasses register themselves by SQLAlchemy dialect name."""
+
+    name: ClassVar[str]
+    """Our name for the family (``sqlite``, ``postgresql``, ``mysql``)."""
+    dialect_names: ClassVar[tuple[str, ...]]
+    """SQLAlchemy dialect names served (MariaDB's ``mariadb`` is MySQL's family)."""
+    serialize_writes: ClassVar[bool] = False
+    """Whether writers of one engine must queue (SQLite: one writer per file)."""
+    interruptible: ClassVar[bool] = True
+    """Whether a cancel may cut an operation short safely (it is atomic anyway)."""
+    loop_bound: ClassVar[bool] = True
+    """Whether the driver's connections belong to the event loop that opened them."""
+
+    _registry: ClassVar[dict[str, type[Database]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:  # noqa: ANN401
+        super().__init_subclass__(**kwargs)
+        for dialect_name in cls.dialect_names:
+            Database._registry[dialect_name] = cls
+
+    # -- engine set-up ------------------------------------------------------------------------
+
+    @classmethod
+    def engine_defaults(cls, url: URL, kwargs: dict[str, Any]) -> None:
+        """Fill in ``create_engine`` keyword defaults for this database (pool, connect args)."""
+
+    @classmethod
+    def configure_engine(cls, sync_engine: Engine) -> None:
+        """Install connection set-up events on an engine, once, at first sight."""
+
+    @classmethod
+    def one_connection(cls, url: URL) -> bool:  # noqa: ARG003 - the interface
+        """Whether the whole database lives in one connection (in-memory SQLite)."""
+        return False
+
+    # -- statements -----------------------------------------------------------------------------
+
+    @classmethod
+    @functools.cache
+    def statements(cls, names: TableNames) -> Statements:
+        """The statements of ``names`` on this database (built once per name set)."""
+        return cls._build_statements(names)
+
+    @classmethod
+    def _build_statements(cls, names: TableNames) -> Statements:
+        raise NotImplementedError
+
+    @classmethod
+    def upsert_metadata(cls, sessions: Table) -> Executable:
+        """Create the session row with metadata, or replace its metadata (``sid``, ``meta``)."""
+        raise NotImplementedError
+
+    @classmethod
+    def metadata_filter(
+        cls, sessions: Table, wanted: Mapping[str, MetadataFilterValue]
+    ) -> ColumnElement[bool]:
+        """Sessions whose metadata has every key of ``wanted`` with exactly that scalar value."""
+        raise NotImplementedError
+
+    @classmethod
+    def metadata_params(cls) -> dict[str, Any]:
+        """Extra parameters :meth:`upsert_metadata` needs (SQLite: the client clock)."""
+        return {}
+
+    @classmethod
+    def stamp(cls, value: dt.datetime) -> object:
+        """A naive UTC time as this database's timestamp column takes it as a parameter."""
+        return value
+
+    @classmethod
+    def stamp_type(cls, column_type: Any) -> Any:  # noqa: ANN401
+        """The bind type for :meth:`stamp` values (the column's own, except SQLite's text)."""
+        return column_type
+
+    # -- operations -----------------------------------------------------------------------------
+
+    @classmethod
+    def operations(
+        cls, engine: AsyncEngine, names: TableNames, on_corrupt: OnCorrupt
+    ) -> Operations:
+        """The operations on ``engine``: on the driver where possible, else through SQLAlchemy."""
+        raise NotImplementedError
+
+    # -- errors ---------------------------------------------------------------------------------
+
+    @classmethod
+    def is_deadlock(cls, orig: BaseException) -> bool:  # noqa: ARG003 - the interface
+        """Whether the database rolled the operation back whole to break a deadlock."""
+        return False
+
+
+def database_for(dialect_name: str) -> type[Database]:
+    """The module for a SQLAlchemy dialect name (importing the three modules registers them)."""
+    from agents_memory._databases import mysql, postgres, sqlite  # noqa: F401, PLC0415
+
+    try:
+        return Database._registry[dialect_name]  # noqa: SLF001 - the registry's own module
+    except KeyError:
+        msg = f"no database module for SQLAlchemy dialect {dialect_name!r}"
+        raise LookupError(msg) from None

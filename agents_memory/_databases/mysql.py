@@ -1,0 +1,416 @@
+"""MySQL and MariaDB: locking rules, statement size, and asyncmy on detached autocommit connections.
+
+* An append is one transaction that upserts the session row first
+  (``INSERT … ON DUPLICATE KEY UPDATE``, which locks it, found or inserted):
+  appends to one session queue there, so each batch's ids are drawn after the
+  previous batch committed and stay contiguous.
+* A pop is a ``SELECT … FOR UPDATE`` of the newest row and a ``DELETE`` of it in
+  one transaction (MySQL has no ``DELETE … RETURNING``): a concurrent popper
+  waits on the same row and, once it is gone, moves on, so each item is
+  claimed once.
+* A clear deletes the session row and lets ``ON DELETE CASCADE`` remove its items;
+  locking the session row first, as appends do, the two never wait in a cycle.
+* A statement larger than the server's ``max_allowed_packet`` makes the server
+  drop the connection ("Lost connection"): items are measured first and a
+  ``ValueError`` names the limit instead.
+
+The driver runner keeps its connections in autocommit mode: a read is one
+statement and one round trip, with no transaction (and no snapshot) left open;
+a write is ``BEGIN`` … ``COMMIT``. A connection the server closed while it sat
+idle (``wait_timeout``, a restart) fails before ``COMMIT`` is sent, so nothing
+was applied: the operation runs again on a fresh connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import weakref
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
+
+import asyncmy
+import asyncmy.errors
+from sqlalchemy import (
+    ColumnElement,
+    Executable,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    func,
+    literal_column,
+    select,
+)
+from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import URL, Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agents_memory._codec import OnCorrupt, decode_row
+from agents_memory._databases import pool as driver_pool
+from agents_memory._databases.base import (
+    CompiledSQL,
+    CoreRunner,
+    Database,
+    Executor,
+    MetadataFilterValue,
+    Row,
+    Statements,
+    compile_for,
+    observed,
+    portable_statements,
+    sid_param,
+    wrap_driver_error,
+)
+from agents_memory._tables import TableNames
+from agents_memory.models import current_timestamp
+
+T = TypeVar("T")
+
+STATEMENT_OVERHEAD = 4096
+"""Room for the SQL around one row (statement text, session id, protocol header)."""
+_DEADLOCK = 1213
+DRIVER_ERRORS = (asyncmy.errors.MySQLError, OSError, ConnectionError, asyncio.IncompleteReadError)
+"""What asyncmy raises for the database or the connection (anything else is ours)."""
+_GONE_CODES = frozenset({2006, 2013, 2014, 2045, 2055})
+"""Server gone, lost during query, out of sync, lost while reading, lost at handshake."""
+
+
+def _upsert_session(sessions: Table, sid: Any, now: ColumnElement[Any]) -> Executable:  # noqa: ANN401
+    return mysql.insert(sessions).values(session_id=sid).on_duplicate_key_update(updated_at=now)
+
+
+def check_packet_size(data: Sequence[str], limit: int) -> None:
+    """Raise ``ValueError`` if an encoded item cannot fit in one statement under ``limit``.
+
+    The driver escapes quotes and backslashes, so those count twice. A cheap
+    bound (4 bytes a character) skips the exact count for all ordinary items.
+    """
+    room = limit - STATEMENT_OVERHEAD
+    for index, item in enumerate(data):
+        if len(item) * 8 <= room:
+            continue
+        size = len(item.encode("utf-8")) + item.count('"') + item.count("\\") + item.count("'")
+        if size > room:
+            msg = (
+                f"item {index} is {size} bytes as sent, more than this MySQL/MariaDB server "
+                f"accepts in one statement (max_allowed_packet = {limit}); raise "
+                "max_allowed_packet on the server (e.g. SET GLOBAL max_allowed_packet = "
+                "1073741824, and in its config file) or store smaller items"
+            )
+            raise ValueError(msg)
+
+
+def _code(exc: BaseException) -> int | None:
+    args = getattr(exc, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def is_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection is unusable (the server closed it, the socket broke)."""
+    return _code(exc) in _GONE_CODES or isinstance(
+        exc, (OSError, ConnectionError, asyncio.IncompleteReadError)
+    )
+
+
+class _Facts:
+    """What one engine's operations learn once: the server's statement size limit."""
+
+    __slots__ = ("max_packet",)
+
+    def __init__(self) -> None:
+        self.max_packet: int | None = None
+
+
+_facts: weakref.WeakKeyDictionary[Engine, _Facts] = weakref.WeakKeyDictionary()
+
+
+def _facts_for(engine: AsyncEngine) -> _Facts:
+    found = _facts.get(engine.sync_engine)
+    if found is None:
+        found = _facts[engine.sync_engine] = _Facts()
+    return found
+
+
+class DriverExecutor:
+    """:class:`Executor` on one asyncmy connection, running the compiled statements."""
+
+    __slots__ = ("_conn", "_sql", "last")
+
+    def __init__(self, conn: Any, sql: Mapping[str, CompiledSQL]) -> None:  # noqa: ANN401
+        self._conn = conn
+        self._sql = sql
+        self.last = ""
+        """The text of the statement running now (for error messages)."""
+
+    async def rows(self, key: str, params: Mapping[str, Any]) -> Sequence[Row]:
+        c = self._sql[key]
+        self.last = c.sql
+        async with self._conn.cursor() as cur:
+            await cur.execute(c.sql, c.positional(params))
+            return await cur.fetchall()  # type: ignore[no-any-return]
+
+    async def run(self, key: str, params: Mapping[str, Any]) -> int:
+        c = self._sql[key]
+        self.last = c.sql
+        async with self._conn.cursor() as cur:
+            return await cur.execute(c.sql, c.positional(params))  # type: ignore[no-any-return]
+
+    async def runmany(self, key: str, params: Sequence[Mapping[str, Any]]) -> None:
+        c = self._sql[key]
+        self.last = c.sql
+        async with self._conn.cursor() as cur:
+            await cur.executemany(c.sql, [c.positional(p) for p in params])
+
+
+async def _adopt(conn: Any) -> None:  # noqa: ANN401
+    """Autocommit: reads leave no transaction (and no snapshot) open; writes say BEGIN."""
+    await conn.autocommit(True)  # noqa: FBT003 - asyncmy's signature
+
+
+def _abort(conn: Any) -> None:  # noqa: ANN401
+    conn.close()
+
+
+async def _close(conn: Any) -> None:  # noqa: ANN401
+    await conn.ensure_closed()
+
+
+class DriverRunner:
+    """Operations on detached asyncmy connections (see the module docstring)."""
+
+    KEYS = (
+        "upsert_session",
+        "insert_message",
+        "select_all",
+        "select_latest",
+        "select_after",
+        "select_older",
+        "pop",
+        "delete_row",
+        "delete_session",
+        "limits",
+    )
+
+    def __init__(self, engine: AsyncEngine, names: TableNames) -> None:
+        self._engine = engine
+        st = MySQL.statements(names)
+        self._sql = {key: compile_for(getattr(st, key), engine.dialect) for key in self.KEYS}
+        size = driver_pool.engine_pool_size(engine)
+        self._pools: driver_pool.Pools[Any] = driver_pool.pools_for(
+            engine,
+            lambda: driver_pool.DriverPool(
+                engine,
+                size=size,
+                adopt=_adopt,
+                is_closed=lambda c: not c.connected,
+                close=_close,
+                abort=_abort,
+            ),
+        )
+
+    async def _op(self, body: Callable[[Executor], Awaitable[T]], *, transaction: bool) -> T:
+        pool = self._pools.current()
+        for attempt in (1, 2):
+            lease = await pool.acquire()
+            conn = lease.driver
+            ex = DriverExecutor(conn, self._sql)
+            committing = False
+            try:
+                if not transaction:
+                    result = await body(ex)
+                else:
+                    ex.last = "BEGIN"
+                    await conn.begin()
+                    try:
+                        result = await body(ex)
+                    except BaseException as exc:
+                        if not is_gone(exc) and not isinstance(exc, asyncio.CancelledError):
+                            await conn.rollback()
+                        raise
+                    committing = True
+                    ex.last = "COMMIT"
+                    await conn.commit()
+            except DRIVER_ERRORS as exc:
+                gone = is_gone(exc)
+                pool.release(lease, broken=gone)
+                if gone and attempt == 1 and not committing:
+                    continue  # the server had closed it: nothing was applied; a fresh one
+                raise wrap_driver_error(exc, self._engine, ex.last, None, gone=gone) from exc
+            except Exception:  # ours (a corrupt row, strict): rolled back above
+                pool.release(lease)
+                raise
+            except BaseException:
+                # Cancelled mid-operation: an open transaction dies with the connection.
+                pool.release(lease, broken=True)
+                raise
+            pool.release(lease)
+            return result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def read(self, body: Callable[[Executor], Awaitable[T]]) -> T:
+        return await self._op(body, transaction=False)
+
+    async def write(self, body: Callable[[Executor], Awaitable[T]], *, single: bool = False) -> T:  # noqa: ARG002
+        """Always a transaction: even one statement needs ``BEGIN`` on an autocommit connection."""
+        return await self._op(body, transaction=True)
+
+    async def close(self) -> None:
+        """The connections belong to the engine: ``engine.dispose()`` closes them."""
+
+
+class Operations:
+    """The protocol's operations on MySQL/MariaDB, on either runner."""
+
+    def __init__(self, engine: AsyncEngine, runner: Any, on_corrupt: OnCorrupt) -> None:  # noqa: ANN401
+        self._runner = runner
+        self._on_corrupt: OnCorrupt = on_corrupt
+        self._facts = _facts_for(engine)
+
+    async def _max_packet(self) -> int:
+        limit = self._facts.max_packet
+        if limit is None:
+            rows = await self._runner.read(lambda ex: ex.rows("limits", {}))
+            limit = self._facts.max_packet = int(rows[0][0])
+        return limit
+
+    async def add(self, session_id: str, data: Sequence[str]) -> None:
+        check_packet_size(data, await self._max_packet())
+
+        async def body(ex: Executor) -> None:
+            await ex.run("upsert_session", {"sid": session_id})
+            await ex.runmany("insert_message", [{"sid": session_id, "data": d} for d in data])
+
+        await self._runner.write(body)
+
+    async def _rows(self, key: str, params: dict[str, Any]) -> Sequence[Row]:
+        return await self._runner.read(lambda ex: ex.rows(key, params))  # type: ignore[no-any-return]
+
+    async def latest(self, session_id: str, n: int) -> Sequence[Row]:
+        return await self._rows("select_latest", {"sid": session_id, "n": n})
+
+    async def everything(self, session_id: str) -> Sequence[Row]:
+        return await self._rows("select_all", {"sid": session_id})
+
+    async def after(self, session_id: str, after: int, n: int) -> Sequence[Row]:
+        return await self._rows("select_after", {"sid": session_id, "after": after, "n": n})
+
+    async def older(self, session_id: str, before: int, n: int) -> Sequence[Row]:
+        return await self._rows("select_older", {"sid": session_id, "before": before, "n": n})
+
+    async def pop(self, session_id: str) -> dict[str, Any] | None:
+        on_corrupt = self._on_corrupt
+
+        async def body(ex: Executor) -> tuple[bool, dict[str, Any] | None]:
+            rows = await ex.rows("pop", {"sid": session_id})
+            if not rows:
+                return False, None
+            await ex.run("delete_row", {"id": rows[0][0]})
+            return True, decode_row(rows[0][1], row_id=rows[0][0], on_corrupt=on_corrupt)
+
+        while True:
+            found: bool
+            item: dict[str, Any] | None
+            found, item = await self._runner.write(body)
+            if not found or item is not None:
+                return item
+
+    async def clear(self, session_id: str) -> bool:
+        count = await self._runner.write(lambda ex: ex.run("delete_session", {"sid": session_id}))
+        return bool(count)
+
+    async def close(self) -> None:
+        await self._runner.close()
+
+
+def _mysql_json_types(value: MetadataFilterValue) -> tuple[str, ...]:
+    """The ``JSON_TYPE`` names a stored value may have to equal ``value`` (MariaDB's too)."""
+    if isinstance(value, bool):
+        return ("BOOLEAN",)
+    if isinstance(value, str):
+        return ("STRING",)
+    return ("INTEGER", "UNSIGNED INTEGER", "DOUBLE", "DECIMAL")
+
+
+class MySQL(Database):
+    """MySQL 8 and MariaDB through asyncmy."""
+
+    name: ClassVar[str] = "mysql"
+    dialect_names: ClassVar[tuple[str, ...]] = ("mysql", "mariadb")
+
+    @classmethod
+    def engine_defaults(cls, url: URL, kwargs: dict[str, Any]) -> None:  # noqa: ARG003
+        """Ping a pooled connection at checkout: MySQL gives no sign of one closed while idle.
+
+        (Postgres' driver knows, and is checked for free at checkout; the hot path's own
+        connections here are replaced when they fail before ``COMMIT``.) Only the
+        SQLAlchemy runner's checkouts (listings, metadata, migrations) pay the ping.
+        """
+        kwargs.setdefault("pool_pre_ping", True)
+
+    @classmethod
+    def _build_statements(cls, names: TableNames) -> Statements:
+        now = current_timestamp()
+        base = portable_statements(names, now=now, upsert_session=_upsert_session)
+        sessions, messages = base.sessions, base.messages
+        sid = sid_param(sessions)
+        newest = (
+            select(messages.c.id, messages.c.message_data)
+            .where(messages.c.session_id == sid)
+            .order_by(messages.c.id.desc())
+            .limit(1)
+            .with_for_update()
+        )
+        fields = {f: getattr(base, f) for f in base.__dataclass_fields__}
+        fields.update(
+            pop=newest,
+            delete_session=delete(sessions).where(sessions.c.session_id == sid),
+            limits=select(literal_column("@@max_allowed_packet")),
+        )
+        return Statements(**fields)
+
+    @classmethod
+    def operations(cls, engine: AsyncEngine, names: TableNames, on_corrupt: OnCorrupt) -> Any:  # noqa: ANN401
+        runner: Any
+        if observed(engine):
+            runner = CoreRunner(engine, cls.statements(names), autocommit_single=False)
+        else:
+            runner = DriverRunner(engine, names)
+        return Operations(engine, runner, on_corrupt)
+
+    @classmethod
+    def upsert_metadata(cls, sessions: Table) -> Executable:
+        sid = bindparam("sid", type_=sessions.c.session_id.type)
+        meta = bindparam("meta", type_=sessions.c["metadata"].type)
+        return (
+            mysql.insert(sessions)
+            .values(session_id=sid, metadata=meta)
+            .on_duplicate_key_update(metadata=meta, updated_at=current_timestamp())
+        )
+
+    @classmethod
+    def metadata_filter(
+        cls, sessions: Table, wanted: Mapping[str, MetadataFilterValue]
+    ) -> ColumnElement[bool]:
+        """``JSON_CONTAINS`` at each key's path, with ``JSON_TYPE`` pinning the kind of value.
+
+        On a scalar, containment is JSON equality (exact strings, numbers by value);
+        the type check keeps ``True`` from matching ``1`` and a string from matching
+        an array that holds it (MySQL's containment looks inside arrays). Works on
+        MySQL's JSON type and on MariaDB's JSON-checked ``LONGTEXT`` alike.
+        """
+        column = sessions.c["metadata"]
+        conditions: list[ColumnElement[bool]] = []
+        for key, value in wanted.items():
+            path = "$." + json.dumps(key, ensure_ascii=False)  # the key has no quote or backslash
+            kind = func.json_type(func.json_extract(column, path))
+            candidate = json.dumps(value, ensure_ascii=False)
+            conditions += [
+                kind.in_(_mysql_json_types(value)),
+                func.json_contains(column, candidate, path) == 1,
+            ]
+        return and_(*conditions)
+
+    @classmethod
+    def is_deadlock(cls, orig: BaseException) -> bool:
+        return _code(orig) == _DEADLOCK

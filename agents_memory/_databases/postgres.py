@@ -1,0 +1,450 @@
+"""Postgres: one statement per operation, asyncpg on detached connections, safe behind PgBouncer.
+
+Every operation is a single statement, atomic on its own, so it runs outside
+any explicit transaction: one round trip. ``add_items`` is a data-modifying CTE
+(the session row upserted, and row-locked, before the first item id is drawn,
+so concurrent batches to one session stay contiguous); a pop deletes the newest
+row found by a ``FOR UPDATE`` sub-select (a concurrent popper waits, then moves
+to the next row: each item is claimed once); a clear deletes both in one CTE.
+
+**Prepared statements and poolers.** asyncpg names the statements it caches
+``__asyncpg_stmt_N__``, numbered per process. Behind PgBouncer in transaction
+pooling mode a client's next statement may run on a server connection another
+process prepared, where that name means *another* statement: executed with
+our arguments, a read of one session ran another process's ``DELETE``. So:
+
+* our statements are prepared under names derived from their text
+  (``__agents_memory_<sha1>__``): the same name is always the same statement,
+  whichever process prepared it, so running whatever a server holds under that
+  name is running ours. On a direct connection that is one round trip per
+  operation, as with asyncpg's own cache;
+* behind a transaction pooler the server may not hold the name (SQLSTATE
+  26000) or already hold it (42P05): nothing ran, and from then on that engine
+  runs unnamed statements, which asyncpg parses and binds on one server
+  connection (with its statement cache off, as ``create_engine`` sets for
+  Postgres: ``statement_cache_size=0``; on an engine whose cache may be on, the
+  unnamed statement runs inside a transaction instead);
+* ``create_engine`` turns asyncpg's own statement cache off, so SQLAlchemy's
+  statements and asyncpg's type introspection are unnamed too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import weakref
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
+
+import asyncpg
+from sqlalchemy import (
+    ColumnElement,
+    Executable,
+    Table,
+    Text,
+    bindparam,
+    cast,
+    delete,
+    event,
+    func,
+    insert,
+    literal_column,
+    select,
+    type_coerce,
+)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import URL, Engine
+from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agents_memory._codec import OnCorrupt, decode_row
+from agents_memory._databases import pool as driver_pool
+from agents_memory._databases.base import (
+    CompiledSQL,
+    CoreRunner,
+    Database,
+    Executor,
+    MetadataFilterValue,
+    Row,
+    Statements,
+    compile_for,
+    observed,
+    portable_statements,
+    sid_param,
+    wrap_driver_error,
+)
+from agents_memory._tables import TableNames
+
+T = TypeVar("T")
+
+_POOLER_SQLSTATES = frozenset({"26000", "42P05"})
+"""Prepared statement missing / already there: we are not alone on this server connection."""
+_DEADLOCK = "40P01"
+DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+"""What asyncpg raises for the database or the connection (anything else is ours)."""
+
+
+def _upsert_session(sessions: Table, sid: Any, now: ColumnElement[Any]) -> Any:  # noqa: ANN401
+    return (
+        postgresql.insert(sessions)
+        .values(session_id=sid)
+        .on_conflict_do_update(index_elements=[sessions.c.session_id], set_={"updated_at": now})
+    )
+
+
+def _drop_closed_connection(dbapi_connection: Any, _record: object, _proxy: object) -> None:  # noqa: ANN401
+    """On checkout, replace a pooled connection the server has already closed.
+
+    After a restart, a failover or ``pg_terminate_backend`` the driver knows its
+    idle connections are closed: a local flag, not a round trip (``pool_pre_ping``).
+    """
+    driver = getattr(dbapi_connection, "driver_connection", None)
+    if driver is not None and driver.is_closed():
+        msg = "pooled connection was closed by the server"
+        raise DisconnectionError(msg)
+
+
+def statement_name(sql: str) -> str:
+    """The prepared-statement name of ``sql``: the same text always gets the same name."""
+    return "__agents_memory_" + hashlib.sha1(sql.encode(), usedforsecurity=False).hexdigest()
+
+
+class _EngineFacts:
+    """What one engine's operations learn as they run (shared by every loop's pool)."""
+
+    __slots__ = ("cache_off", "pooled")
+
+    def __init__(self, cache_off: bool) -> None:
+        self.pooled = False
+        """A transaction pooler sits in front: run unnamed statements from now on."""
+        self.cache_off = cache_off
+        """asyncpg's statement cache is off on this engine's connections (ours: yes)."""
+
+
+_cache_off_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+class DriverExecutor:
+    """:class:`Executor` on one asyncpg connection, running the compiled statements."""
+
+    __slots__ = ("_facts", "_lease", "_sql", "last")
+
+    def __init__(
+        self,
+        lease: driver_pool.Lease[Any],
+        sql: Mapping[str, CompiledSQL],
+        facts: _EngineFacts,
+    ) -> None:
+        self._lease = lease
+        self._sql = sql
+        self._facts = facts
+        self.last = ""
+        """The text of the statement running now (for error messages)."""
+
+    async def _fetch(self, c: CompiledSQL, args: tuple[Any, ...]) -> Sequence[Row]:
+        conn = self._lease.driver
+        if self._facts.pooled:
+            if self._facts.cache_off:
+                return await conn.fetch(c.sql, *args)  # type: ignore[no-any-return]
+            async with conn.transaction():  # one server connection for parse and bind
+                unnamed = await conn.prepare(c.sql, name="")
+                return await unnamed.fetch(*args)  # type: ignore[no-any-return]
+        prepared = self._lease.extra
+        statement = prepared.get(c.sql)
+        if statement is None:
+            statement = prepared[c.sql] = await conn.prepare(c.sql, name=statement_name(c.sql))
+        return await statement.fetch(*args)  # type: ignore[no-any-return]
+
+    async def rows(self, key: str, params: Mapping[str, Any]) -> Sequence[Row]:
+        c = self._sql[key]
+        self.last = c.sql
+        args = c.positional(params)
+        try:
+            return await self._fetch(c, args)
+        except asyncpg.PostgresError as exc:
+            if exc.sqlstate not in _POOLER_SQLSTATES:
+                raise
+            # Nothing ran (the statement was never bound): a pooler shares this connection.
+            self._facts.pooled = True
+            self._lease.extra.clear()
+            return await self._fetch(c, args)
+
+    async def run(self, key: str, params: Mapping[str, Any]) -> int:
+        return len(await self.rows(key, params))
+
+    async def runmany(self, key: str, params: Sequence[Mapping[str, Any]]) -> None:
+        for p in params:  # (not used: Postgres appends in one statement)
+            await self.rows(key, p)
+
+    def transaction(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """A transaction on this connection, for the one body of several statements."""
+        return self._lease.driver.transaction()  # type: ignore[no-any-return]
+
+
+def _is_gone(exc: BaseException, conn: Any) -> bool:  # noqa: ANN401
+    return (
+        isinstance(exc, (asyncpg.ConnectionDoesNotExistError, asyncpg.InterfaceError, OSError))
+        or conn.is_closed()
+    )
+
+
+async def _adopt(_conn: Any) -> None:  # noqa: ANN401
+    """Nothing to set: every statement is its own transaction."""
+
+
+def _abort(conn: Any) -> None:  # noqa: ANN401
+    conn.terminate()
+
+
+async def _close(conn: Any) -> None:  # noqa: ANN401
+    await conn.close(timeout=2)
+
+
+class DriverRunner:
+    """Operations on detached asyncpg connections (see the module docstring)."""
+
+    def __init__(self, engine: AsyncEngine, names: TableNames) -> None:
+        self._engine = engine
+        st = Postgres.statements(names)
+        self._sql = {
+            key: compile_for(getattr(st, key), engine.dialect)
+            for key in (
+                "append",
+                "select_all",
+                "select_latest",
+                "select_after",
+                "select_older",
+                "pop",
+                "clear",
+            )
+        }
+        self._facts = _facts_for(engine)
+        size = driver_pool.engine_pool_size(engine)
+        self._pools: driver_pool.Pools[Any] = driver_pool.pools_for(
+            engine,
+            lambda: driver_pool.DriverPool(
+                engine,
+                size=size,
+                adopt=_adopt,
+                is_closed=lambda c: c.is_closed(),
+                close=_close,
+                abort=_abort,
+            ),
+        )
+
+    async def _op(self, body: Callable[[Executor], Awaitable[T]]) -> T:
+        pool = self._pools.current()
+        lease = await pool.acquire()
+        ex = DriverExecutor(lease, self._sql, self._facts)
+        try:
+            result = await body(ex)
+        except DRIVER_ERRORS as exc:
+            gone = _is_gone(exc, lease.driver)
+            pool.release(lease, broken=gone)
+            raise wrap_driver_error(exc, self._engine, ex.last, None, gone=gone) from exc
+        except Exception:  # ours (a corrupt row, strict): the transaction rolled back
+            pool.release(lease)
+            raise
+        except BaseException:
+            # Cancelled mid-statement: the connection's state is unknown; it is not reused.
+            pool.release(lease, broken=True)
+            raise
+        pool.release(lease)
+        return result
+
+    async def read(self, body: Callable[[Executor], Awaitable[T]]) -> T:
+        return await self._op(body)
+
+    async def write(self, body: Callable[[Executor], Awaitable[T]], *, single: bool = True) -> T:
+        """One statement is its own transaction; a body of several (strict pop) gets one."""
+        if single:
+            return await self._op(body)
+
+        async def in_transaction(ex: Executor) -> T:
+            async with ex.transaction():  # type: ignore[attr-defined]
+                return await body(ex)
+
+        return await self._op(in_transaction)
+
+    async def close(self) -> None:
+        """The connections belong to the engine: ``engine.dispose()`` closes them."""
+
+
+_facts: weakref.WeakKeyDictionary[Engine, _EngineFacts] = weakref.WeakKeyDictionary()
+
+
+def _facts_for(engine: AsyncEngine) -> _EngineFacts:
+    sync_engine = engine.sync_engine
+    found = _facts.get(sync_engine)
+    if found is None:
+        found = _facts[sync_engine] = _EngineFacts(cache_off=sync_engine in _cache_off_engines)
+    return found
+
+
+class Operations:
+    """The protocol's operations on Postgres, on either runner."""
+
+    def __init__(self, runner: Any, on_corrupt: OnCorrupt) -> None:  # noqa: ANN401
+        self._runner = runner
+        self._on_corrupt: OnCorrupt = on_corrupt
+
+    async def add(self, session_id: str, data: Sequence[str]) -> None:
+        params = {"sid": session_id, "data": list(data)}
+        await self._runner.write(lambda ex: ex.run("append", params), single=True)
+
+    async def _rows(self, key: str, params: dict[str, Any]) -> Sequence[Row]:
+        return await self._runner.read(lambda ex: ex.rows(key, params))  # type: ignore[no-any-return]
+
+    async def latest(self, session_id: str, n: int) -> Sequence[Row]:
+        return await self._rows("select_latest", {"sid": session_id, "n": n})
+
+    async def everything(self, session_id: str) -> Sequence[Row]:
+        return await self._rows("select_all", {"sid": session_id})
+
+    async def after(self, session_id: str, after: int, n: int) -> Sequence[Row]:
+        return await self._rows("select_after", {"sid": session_id, "after": after, "n": n})
+
+    async def older(self, session_id: str, before: int, n: int) -> Sequence[Row]:
+        return await self._rows("select_older", {"sid": session_id, "before": before, "n": n})
+
+    async def pop(self, session_id: str) -> dict[str, Any] | None:
+        """Delete and return the newest row; a corrupt one is skipped (or, raising, kept).
+
+        With ``on_corrupt="raise"`` the delete runs in a transaction that rolls back
+        when the row does not decode, leaving it for inspection.
+        """
+        params = {"sid": session_id}
+        if self._on_corrupt == "raise":
+
+            async def strict(ex: Executor) -> dict[str, Any] | None:
+                rows = await ex.rows("pop", params)
+                if not rows:
+                    return None
+                return decode_row(rows[0][1], row_id=rows[0][0], on_corrupt="raise")
+
+            return await self._runner.write(strict, single=False)  # type: ignore[no-any-return]
+        while True:
+            rows = await self._runner.write(lambda ex: ex.rows("pop", params), single=True)
+            if not rows:
+                return None
+            item = decode_row(rows[0][1], row_id=rows[0][0], on_corrupt="skip")
+            if item is not None:
+                return item
+
+    async def clear(self, session_id: str) -> bool:
+        rows = await self._runner.write(
+            lambda ex: ex.rows("clear", {"sid": session_id}), single=True
+        )
+        return bool(rows)
+
+    async def close(self) -> None:
+        await self._runner.close()
+
+
+class Postgres(Database):
+    """Postgres through asyncpg."""
+
+    name: ClassVar[str] = "postgresql"
+    dialect_names: ClassVar[tuple[str, ...]] = ("postgresql",)
+
+    @classmethod
+    def engine_defaults(cls, url: URL, kwargs: dict[str, Any]) -> None:  # noqa: ARG003
+        """The asyncpg statement cache off: SQLAlchemy's statements are unnamed (PgBouncer-safe)."""
+        connect_args = kwargs.setdefault("connect_args", {})
+        connect_args.setdefault("statement_cache_size", 0)
+
+    @classmethod
+    def configure_engine(cls, sync_engine: Engine) -> None:
+        if not event.contains(sync_engine, "checkout", _drop_closed_connection):
+            event.listen(sync_engine, "checkout", _drop_closed_connection)
+
+    @staticmethod
+    def mark_cache_off(sync_engine: Engine) -> None:
+        """``create_engine`` turned asyncpg's statement cache off on this engine's connections."""
+        _cache_off_engines.add(sync_engine)
+
+    @classmethod
+    def _build_statements(cls, names: TableNames) -> Statements:
+        now = func.current_timestamp()
+        base = portable_statements(names, now=now, upsert_session=_upsert_session)
+        sessions, messages = base.sessions, base.messages
+        sid = sid_param(sessions)
+        # The uncorrelated sub-select is a one-time filter evaluated before the first row,
+        # so the session row is upserted (and row-locked) before any id is drawn.
+        upsert = _upsert_session(sessions, sid, now).returning(literal_column("1")).cte("s")
+        rows = (
+            func.unnest(cast(bindparam("data"), postgresql.ARRAY(Text())))
+            .table_valued("d", with_ordinality="o")
+            .render_derived(name="t")
+        )
+        append = (
+            insert(messages)
+            .from_select(
+                ["session_id", "message_data"],
+                select(sid, rows.c.d)
+                .where(select(func.count()).select_from(upsert).scalar_subquery() == 1)
+                .order_by(rows.c.o),
+            )
+            .add_cte(upsert)
+        )
+        newest = (
+            select(messages.c.id)
+            .where(messages.c.session_id == sid)
+            .order_by(messages.c.id.desc())
+            .limit(1)
+            .with_for_update()
+            .scalar_subquery()
+        )
+        pop = (
+            delete(messages)
+            .where(messages.c.id == newest)
+            .returning(messages.c.id, messages.c.message_data)
+        )
+        gone = delete(messages).where(messages.c.session_id == sid).cte("m")
+        clear = (
+            delete(sessions)
+            .where(sessions.c.session_id == sid)
+            .returning(sessions.c.session_id)
+            .add_cte(gone)
+        )
+        return Statements(
+            **{
+                **{f: getattr(base, f) for f in base.__dataclass_fields__},
+                "pop": pop,
+                "append": append,
+                "clear": clear,
+            }
+        )
+
+    @classmethod
+    def operations(cls, engine: AsyncEngine, names: TableNames, on_corrupt: OnCorrupt) -> Any:  # noqa: ANN401
+        runner: Any
+        if observed(engine):
+            runner = CoreRunner(engine, cls.statements(names), autocommit_single=True)
+        else:
+            runner = DriverRunner(engine, names)
+        return Operations(runner, on_corrupt)
+
+    @classmethod
+    def upsert_metadata(cls, sessions: Table) -> Executable:
+        sid = bindparam("sid", type_=sessions.c.session_id.type)
+        meta = bindparam("meta", type_=sessions.c["metadata"].type)
+        return (
+            postgresql.insert(sessions)
+            .values(session_id=sid, metadata=meta)
+            .on_conflict_do_update(
+                index_elements=[sessions.c.session_id],
+                set_={"metadata": meta, "updated_at": func.current_timestamp()},
+            )
+        )
+
+    @classmethod
+    def metadata_filter(
+        cls, sessions: Table, wanted: Mapping[str, MetadataFilterValue]
+    ) -> ColumnElement[bool]:
+        """JSONB ``@>`` containment (a GIN index on the column would serve it)."""
+        return type_coerce(sessions.c["metadata"], postgresql.JSONB()).contains(dict(wanted))
+
+    @classmethod
+    def is_deadlock(cls, orig: BaseException) -> bool:
+        return str(getattr(orig, "sqlstate", None) or "") == _DEADLOCK

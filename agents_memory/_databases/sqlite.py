@@ -1,0 +1,640 @@
+"""SQLite: its statements, its write transactions, its connection set-up and its thread runner.
+
+SQLite allows one writer per file. Every write is one transaction that starts
+with ``BEGIN IMMEDIATE`` (the file's write lock is taken, waiting up to the busy
+timeout, before anything is read, so a writer never meets the unretryable busy
+error of a reader that later writes) and rolls back on any error.
+
+The driver runner talks to the stdlib ``sqlite3`` module on threads of its own:
+a file engine gets one writer and one reader connection, each owned by one
+thread (:class:`Worker`), and an operation is one job on that thread: one hop
+between the event loop and the thread however many statements it runs. Writers
+queue on the writer's thread in arrival order; readers read beside a write
+under WAL. The stdlib ``SQLiteSession`` runs the same jobs on its own worker.
+This is all public API (``sqlite3``, ``concurrent.futures``); aiosqlite serves
+only the SQLAlchemy runner (in-memory databases, observed engines, migrations).
+
+The clock: ``CURRENT_TIMESTAMP`` keeps whole seconds, so the time of a write is
+taken in the process, to the microsecond, and bound as text in SQLite's own
+format (``YYYY-MM-DD HH:MM:SS.ffffff``), which sorts correctly beside the
+second-precision text older rows hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import datetime as dt
+import functools
+import json
+import sqlite3
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
+
+from sqlalchemy import (
+    ColumnElement,
+    Executable,
+    MetaData,
+    String,
+    Table,
+    and_,
+    bindparam,
+    event,
+    exists,
+    func,
+    insert,
+    literal,
+    select,
+)
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.engine import URL, Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.pool import NullPool, StaticPool
+from sqlalchemy.schema import CreateIndex, CreateTable
+
+from agents_memory._codec import OnCorrupt, decode_row
+from agents_memory._databases.base import (
+    CompiledSQL,
+    CoreSyncExecutor,
+    Database,
+    MetadataFilterValue,
+    Row,
+    Statements,
+    SyncExecutor,
+    compile_for,
+    foreign_listeners,
+    observed,
+    portable_statements,
+    wrap_driver_error,
+)
+from agents_memory._tables import TableNames
+from agents_memory.models import get_models
+
+T = TypeVar("T")
+
+BUSY_TIMEOUT_MS = 30_000
+"""How long a SQLite writer waits for another *process* holding the file's write lock."""
+
+DIALECT = sqlite_dialect.dialect(paramstyle="qmark")
+"""What our statements are compiled for: the stdlib driver's ``?`` placeholders."""
+
+
+# -- connection set-up --------------------------------------------------------------------------
+
+
+def _tolerant_text(data: bytes) -> str | bytes:
+    """Decode a TEXT value; hand back the raw bytes when it is not valid UTF-8.
+
+    SQLite stores whatever a writer gives it. With the default decoder, one row
+    holding invalid UTF-8 (written behind our back) fails the whole read, and a
+    pop can never get past it; as bytes it reaches the codec, which reports the
+    row as corrupt and skips it like any other.
+    """
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
+
+
+def configure(dbapi_connection: Any, *, wal: bool = True) -> None:  # noqa: ANN401
+    """Set up a connection as all of ours are: tolerant text, busy timeout, foreign keys, WAL.
+
+    The one place for it: the engine's connect hook (an aiosqlite adapter), our
+    driver runner's and the stdlib ``SQLiteSession``'s ``sqlite3`` connections.
+    """
+    getattr(dbapi_connection, "driver_connection", dbapi_connection).text_factory = _tolerant_text
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        if wal:
+            cursor.execute("PRAGMA journal_mode = WAL")
+    finally:
+        cursor.close()
+
+
+def _on_connect(dbapi_connection: Any, _record: object) -> None:  # noqa: ANN401
+    configure(dbapi_connection)
+
+
+def is_memory(url: URL) -> bool:
+    """True for an in-memory database, which lives in its one connection."""
+    return url.database in (None, "", ":memory:") or "mode=memory" in str(url)
+
+
+def stamp(value: dt.datetime) -> str:
+    """The text SQLite keeps for a time: ``YYYY-MM-DD HH:MM:SS[.ffffff]`` (naive UTC)."""
+    fmt = "%Y-%m-%d %H:%M:%S.%f" if value.microsecond else "%Y-%m-%d %H:%M:%S"
+    return value.strftime(fmt)
+
+
+def now() -> str:
+    """The time of a write, to the microsecond, as SQLite text."""
+    return stamp(dt.datetime.now(dt.UTC).replace(tzinfo=None))
+
+
+# -- statements ---------------------------------------------------------------------------------
+
+
+def _upsert_session(sessions: Table, sid: Any, now_: ColumnElement[Any]) -> Executable:  # noqa: ANN401
+    return (
+        sqlite_dialect.insert(sessions)
+        .values(session_id=sid, created_at=now_, updated_at=now_)
+        .on_conflict_do_update(index_elements=[sessions.c.session_id], set_={"updated_at": now_})
+    )
+
+
+@functools.cache
+def compiled(names: TableNames) -> dict[str, CompiledSQL]:
+    """Every statement of ``names`` compiled once for ``sqlite3`` (by field name)."""
+    st = SQLite.statements(names)
+    return {
+        key: compile_for(getattr(st, key), DIALECT)
+        for key in (
+            "upsert_session",
+            "insert_message",
+            "select_all",
+            "select_latest",
+            "select_after",
+            "select_older",
+            "pop",
+            "delete_messages",
+            "delete_session",
+        )
+    }
+
+
+@functools.cache
+def schema_sql(names: TableNames, head: str) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
+    """What the stdlib ``SQLiteSession`` runs to create a fresh file's schema at ``head``.
+
+    ``(create tables and indexes, "does the sessions table exist" query, stamp the
+    lineage's version table at head)``, all compiled from the models and an
+    Alembic-shaped version table, so quoting is the compiler's.
+    """
+    ddl: list[str] = []
+    for table in get_models(names).metadata.sorted_tables:
+        ddl.append(str(CreateTable(table, if_not_exists=True).compile(dialect=DIALECT)).strip())
+        ddl.extend(
+            str(CreateIndex(index, if_not_exists=True).compile(dialect=DIALECT)).strip()
+            for index in sorted(table.indexes, key=lambda ix: str(ix.name))
+        )
+    version = Table(
+        names.version_table,
+        MetaData(),
+        _version_column(),
+    )
+    master = Table("sqlite_master", MetaData(), _name_column("type"), _name_column("name"))
+    exists_query = select(literal(1)).where(
+        master.c.type == literal("table", literal_execute=True),
+        master.c.name == literal(names.sessions, literal_execute=True),
+    )
+    stamp_head = insert(version).from_select(
+        ["version_num"],
+        select(literal(head, literal_execute=True)).where(~exists(select(version.c.version_num))),
+    )
+    lit = {"literal_binds": True}
+    return (
+        tuple(ddl),
+        str(exists_query.compile(dialect=DIALECT, compile_kwargs=lit)),
+        (
+            str(CreateTable(version, if_not_exists=True).compile(dialect=DIALECT)).strip(),
+            str(stamp_head.compile(dialect=DIALECT, compile_kwargs=lit)),
+        ),
+    )
+
+
+def _version_column() -> Any:  # noqa: ANN401
+    """Alembic's version table column (``version_num VARCHAR(32)``, primary key)."""
+    from sqlalchemy import Column  # noqa: PLC0415
+
+    return Column("version_num", String(32), primary_key=True)
+
+
+def _name_column(name: str) -> Any:  # noqa: ANN401
+    from sqlalchemy import Column  # noqa: PLC0415
+
+    return Column(name, String())
+
+
+# -- the transactions (one body each, for both runners) -----------------------------------------
+
+
+@contextlib.contextmanager
+def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction on a ``sqlite3`` connection: committed, or rolled back on any error.
+
+    The connection runs with ``isolation_level=None``: the transaction is exactly ours.
+    """
+    if conn.in_transaction:  # someone else's leftover: never commit their work with ours
+        conn.rollback()
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+
+
+def add_body(ex: SyncExecutor, sid: str, data: Sequence[str]) -> None:
+    """Upsert the session, then insert every item: one transaction (the caller's)."""
+    when = now()
+    ex.run("upsert_session", {"sid": sid, "now": when})
+    ex.runmany("insert_message", [{"sid": sid, "data": d, "now": when} for d in data])
+
+
+def pop_body(ex: SyncExecutor, sid: str, on_corrupt: OnCorrupt) -> dict[str, Any] | None:
+    """Pop the newest valid item; corrupt rows on the way are removed (or, raising, kept)."""
+    while True:
+        rows = ex.rows("pop", {"sid": sid})
+        if not rows:
+            return None
+        item = decode_row(rows[0][1], row_id=rows[0][0], on_corrupt=on_corrupt)
+        if item is not None:
+            return item
+
+
+def clear_body(ex: SyncExecutor, sid: str) -> bool:
+    """Delete the items, then the session row; whether the session existed."""
+    ex.run("delete_messages", {"sid": sid})
+    return bool(ex.rows("delete_session", {"sid": sid}))
+
+
+class LiteExecutor:
+    """:class:`SyncExecutor` over a ``sqlite3`` connection, running the compiled statements."""
+
+    __slots__ = ("_conn", "_sql")
+
+    def __init__(self, conn: sqlite3.Connection, sql: Mapping[str, CompiledSQL]) -> None:
+        self._conn = conn
+        self._sql = sql
+
+    def rows(self, key: str, params: Mapping[str, Any]) -> Sequence[Row]:
+        c = self._sql[key]
+        # fetchall, not fetchone: a statement must be finished before COMMIT.
+        return self._conn.execute(c.sql, c.positional(params)).fetchall()
+
+    def run(self, key: str, params: Mapping[str, Any]) -> int:
+        c = self._sql[key]
+        return self._conn.execute(c.sql, c.positional(params)).rowcount
+
+    def runmany(self, key: str, params: Sequence[Mapping[str, Any]]) -> None:
+        c = self._sql[key]
+        self._conn.executemany(c.sql, [c.positional(p) for p in params])
+
+
+# -- threads ------------------------------------------------------------------------------------
+
+
+async def settle(future: concurrent.futures.Future[T]) -> T:
+    """Await a job on a worker thread; a cancel raised only once a started job has finished.
+
+    A job not yet started is withdrawn (it never runs). One already running
+    cannot be stopped: the transaction runs on to its COMMIT (or rollback), and
+    the caller's cancel is raised after that, so the session is left fully
+    before or fully after the operation when the caller sees the cancel.
+    """
+    try:
+        return await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        if future.cancel():
+            raise
+        while not future.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(asyncio.wrap_future(future))
+        if not future.cancelled():
+            future.exception()  # retrieved: the caller asked to be cancelled, not for the outcome
+        raise
+
+
+class Worker:
+    """One ``sqlite3`` connection owned by one thread; jobs run on it in arrival order."""
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection], name: str) -> None:
+        self._connect = connect
+        self._conn: sqlite3.Connection | None = None
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=name)
+
+    def _run(self, job: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._conn
+        if conn is None:
+            conn = self._conn = self._connect()
+        return job(conn)
+
+    def submit(self, job: Callable[[sqlite3.Connection], T]) -> concurrent.futures.Future[T]:
+        """Queue ``job(connection)`` on the thread (a RuntimeError once the worker is stopped)."""
+        return self._executor.submit(self._run, job)
+
+    async def call(self, job: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``job(connection)`` on the thread (see :func:`settle` for cancels)."""
+        return await settle(self.submit(job))
+
+    def _close_conn(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def stop(self, *, wait: bool) -> None:
+        """Close the connection after the queued jobs, and end the thread."""
+        with contextlib.suppress(RuntimeError):  # already stopped
+            self._executor.submit(self._close_conn)
+        self._executor.shutdown(wait=wait)
+
+
+def open_connection(args: Sequence[Any], kwargs: Mapping[str, Any]) -> sqlite3.Connection:
+    """A ``sqlite3`` connection of ours: no implicit transactions, usable from its worker."""
+    conn: sqlite3.Connection = sqlite3.connect(
+        *args, **{**kwargs, "isolation_level": None, "check_same_thread": False}
+    )
+    try:
+        configure(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+class _Threads:
+    """The writer and reader workers of one file engine; renewed after ``dispose()``."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        args, kwargs = engine.dialect.create_connect_args(engine.url)
+        kwargs.pop("timeout", None)  # ours: the busy timeout pragma
+        connect = functools.partial(open_connection, tuple(args), dict(kwargs))
+        self.writer = Worker(connect, "agents_memory-sqlite-writer")
+        self.reader = Worker(connect, "agents_memory-sqlite-reader")
+
+    def stop(self, *, wait: bool) -> None:
+        self.writer.stop(wait=wait)
+        self.reader.stop(wait=wait)
+
+
+_threads: weakref.WeakKeyDictionary[Engine, _Threads] = weakref.WeakKeyDictionary()
+_threads_guard = threading.Lock()
+
+
+def _threads_for(engine: AsyncEngine) -> _Threads:
+    sync_engine = engine.sync_engine
+    with _threads_guard:
+        found = _threads.get(sync_engine)
+        if found is None:
+            found = _threads[sync_engine] = _Threads(engine)
+        return found
+
+
+def _on_dispose(sync_engine: Engine) -> None:
+    """``engine.dispose()``: stop its workers; the next operation starts fresh ones."""
+    with _threads_guard:
+        found = _threads.pop(sync_engine, None)
+    if found is not None:
+        found.stop(wait=False)
+
+
+def release_threads(sync_engine: Engine) -> None:
+    """Stop the workers of an engine being abandoned (a store collected without ``close()``)."""
+    _on_dispose(sync_engine)
+
+
+class ThreadOperations:
+    """The protocol's operations as jobs on an engine's writer and reader threads.
+
+    A job settles before a cancel is raised (:func:`settle`).
+    """
+
+    settles = True
+
+    def __init__(self, engine: AsyncEngine, names: TableNames, on_corrupt: OnCorrupt) -> None:
+        self._engine = engine
+        self._sql = compiled(names)
+        self._on_corrupt: OnCorrupt = on_corrupt
+
+    def _fail(self, exc: Exception, statement: str) -> Exception:
+        return wrap_driver_error(exc, self._engine, statement, None, gone=False)
+
+    async def _write(self, key: str, job: Callable[[LiteExecutor], T]) -> T:
+        sql = self._sql
+
+        def in_transaction(conn: sqlite3.Connection) -> T:
+            with write_transaction(conn):
+                return job(LiteExecutor(conn, sql))
+
+        try:
+            return await _threads_for(self._engine).writer.call(in_transaction)
+        except sqlite3.Error as exc:
+            raise self._fail(exc, sql[key].sql) from exc
+
+    async def _read(self, key: str, params: Mapping[str, Any]) -> Sequence[Row]:
+        c = self._sql[key]
+        args = c.positional(params)
+        try:
+            return await _threads_for(self._engine).reader.call(
+                lambda conn: conn.execute(c.sql, args).fetchall()
+            )
+        except sqlite3.Error as exc:
+            raise self._fail(exc, c.sql) from exc
+
+    async def add(self, session_id: str, data: Sequence[str]) -> None:
+        await self._write("insert_message", lambda ex: add_body(ex, session_id, data))
+
+    async def latest(self, session_id: str, n: int) -> Sequence[Row]:
+        return await self._read("select_latest", {"sid": session_id, "n": n})
+
+    async def everything(self, session_id: str) -> Sequence[Row]:
+        return await self._read("select_all", {"sid": session_id})
+
+    async def after(self, session_id: str, after: int, n: int) -> Sequence[Row]:
+        return await self._read("select_after", {"sid": session_id, "after": after, "n": n})
+
+    async def older(self, session_id: str, before: int, n: int) -> Sequence[Row]:
+        return await self._read("select_older", {"sid": session_id, "before": before, "n": n})
+
+    async def pop(self, session_id: str) -> dict[str, Any] | None:
+        return await self._write("pop", lambda ex: pop_body(ex, session_id, self._on_corrupt))
+
+    async def clear(self, session_id: str) -> bool:
+        return await self._write("delete_session", lambda ex: clear_body(ex, session_id))
+
+    async def close(self) -> None:
+        """The workers belong to the engine: ``engine.dispose()`` stops them."""
+
+
+class CoreOperations:
+    """The same bodies through SQLAlchemy (aiosqlite): in-memory databases and observed engines.
+
+    Writers of one engine queue on its asyncio lock (the one connection of an
+    in-memory database is also shared by readers, which then queue too). A
+    statement started on aiosqlite's thread cannot be stopped, so the backend
+    runs these to completion before a cancel is raised (``settles`` is False).
+    """
+
+    settles = False
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        names: TableNames,
+        on_corrupt: OnCorrupt,
+        lock: Callable[[], asyncio.Lock],
+    ) -> None:
+        self._engine = engine
+        self._st = SQLite.statements(names)
+        self._on_corrupt: OnCorrupt = on_corrupt
+        self._lock = lock
+        self._readers_queue = is_memory(engine.url)
+
+    async def _write(self, job: Callable[[CoreSyncExecutor], T]) -> T:
+        st = self._st
+        async with self._lock(), self._engine.begin() as conn:
+            return await conn.run_sync(lambda c: job(CoreSyncExecutor(c, st)))
+
+    async def _read(self, key: str, params: dict[str, Any]) -> Sequence[Row]:
+        statement = getattr(self._st, key)
+        if not self._readers_queue:
+            async with self._engine.connect() as conn:
+                return (await conn.execute(statement, params)).all()
+        async with self._lock(), self._engine.connect() as conn:
+            return (await conn.execute(statement, params)).all()
+
+    async def add(self, session_id: str, data: Sequence[str]) -> None:
+        await self._write(lambda ex: add_body(ex, session_id, data))
+
+    async def latest(self, session_id: str, n: int) -> Sequence[Row]:
+        return await self._read("select_latest", {"sid": session_id, "n": n})
+
+    async def everything(self, session_id: str) -> Sequence[Row]:
+        return await self._read("select_all", {"sid": session_id})
+
+    async def after(self, session_id: str, after: int, n: int) -> Sequence[Row]:
+        return await self._read("select_after", {"sid": session_id, "after": after, "n": n})
+
+    async def older(self, session_id: str, before: int, n: int) -> Sequence[Row]:
+        return await self._read("select_older", {"sid": session_id, "before": before, "n": n})
+
+    async def pop(self, session_id: str) -> dict[str, Any] | None:
+        return await self._write(lambda ex: pop_body(ex, session_id, self._on_corrupt))
+
+    async def clear(self, session_id: str) -> bool:
+        return await self._write(lambda ex: clear_body(ex, session_id))
+
+    async def close(self) -> None:
+        """Nothing of its own."""
+
+
+# -- the module ---------------------------------------------------------------------------------
+
+
+class SQLite(Database):
+    """SQLite through aiosqlite (SQLAlchemy) and the stdlib ``sqlite3`` (the driver runner)."""
+
+    name: ClassVar[str] = "sqlite"
+    dialect_names: ClassVar[tuple[str, ...]] = ("sqlite",)
+    serialize_writes: ClassVar[bool] = True
+    interruptible: ClassVar[bool] = False
+    loop_bound: ClassVar[bool] = False  # aiosqlite and our threads serve any loop
+
+    @classmethod
+    def engine_defaults(cls, url: URL, kwargs: dict[str, Any]) -> None:
+        """In memory: one shared connection (else each sees its own empty database).
+
+        A file: no pooled aiosqlite connections (``NullPool``). The hot path runs on
+        the runner's own threads; SQLAlchemy connects for listings and migrations
+        only, so nothing (thread, descriptor) is left idle in a pool.
+        """
+        if "poolclass" in kwargs or "creator" in kwargs:
+            return
+        kwargs["poolclass"] = StaticPool if is_memory(url) else NullPool
+
+    @classmethod
+    def one_connection(cls, url: URL) -> bool:
+        return is_memory(url)
+
+    @classmethod
+    def configure_engine(cls, sync_engine: Engine) -> None:
+        if not event.contains(sync_engine, "connect", _on_connect):
+            event.listen(sync_engine, "connect", _on_connect)
+        if not event.contains(sync_engine, "engine_disposed", _on_dispose):
+            event.listen(sync_engine, "engine_disposed", _on_dispose)
+
+    @classmethod
+    def _build_statements(cls, names: TableNames) -> Statements:
+        return portable_statements(
+            names, now=bindparam("now", type_=String()), upsert_session=_upsert_session
+        )
+
+    @classmethod
+    def operations(cls, engine: AsyncEngine, names: TableNames, on_corrupt: OnCorrupt) -> Any:  # noqa: ANN401
+        from agents_memory._sqlalchemy._engine import engine_state  # noqa: PLC0415
+
+        state = engine_state(engine)
+        if cls.thread_runner_allowed(engine):
+            return ThreadOperations(engine, names, on_corrupt)
+        return CoreOperations(engine, names, on_corrupt, state.lock)
+
+    @staticmethod
+    def thread_runner_allowed(engine: AsyncEngine) -> bool:
+        """Our own threads may serve a file engine nobody observes or customises at connect.
+
+        Our connections are opened from the engine's URL (``create_connect_args``)
+        and set up as the engine's are; an engine with its own connect listeners
+        or ``creator`` would set them up otherwise, so it keeps the SQLAlchemy runner.
+        """
+        sync_engine = engine.sync_engine
+        return not (
+            is_memory(engine.url)
+            or observed(engine)
+            or foreign_listeners(sync_engine, "connect", [_on_connect])
+            or foreign_listeners(sync_engine, "first_connect", [])
+            or foreign_listeners(sync_engine, "do_connect", [])
+        )
+
+    @classmethod
+    def upsert_metadata(cls, sessions: Table) -> Executable:
+        sid = bindparam("sid", type_=sessions.c.session_id.type)
+        meta = bindparam("meta", type_=sessions.c["metadata"].type)
+        when = bindparam("now", type_=String())
+        return (
+            sqlite_dialect.insert(sessions)
+            .values(session_id=sid, metadata=meta, created_at=when, updated_at=when)
+            .on_conflict_do_update(
+                index_elements=[sessions.c.session_id],
+                set_={"metadata": meta, "updated_at": when},
+            )
+        )
+
+    @classmethod
+    def metadata_params(cls) -> dict[str, Any]:
+        """The client clock for :meth:`upsert_metadata`."""
+        return {"now": now()}
+
+    @classmethod
+    def metadata_filter(
+        cls, sessions: Table, wanted: Mapping[str, MetadataFilterValue]
+    ) -> ColumnElement[bool]:
+        column = sessions.c["metadata"]
+        conditions: list[ColumnElement[bool]] = []
+        for key, value in wanted.items():
+            path = "$." + json.dumps(key)
+            kind = func.json_type(column, path)
+            if isinstance(value, bool):
+                conditions.append(kind == ("true" if value else "false"))
+            elif isinstance(value, str):
+                conditions += [kind == "text", func.json_extract(column, path) == value]
+            else:
+                conditions += [
+                    kind.in_(["integer", "real"]),
+                    func.json_extract(column, path) == value,
+                ]
+        return and_(*conditions)
+
+    @classmethod
+    def stamp(cls, value: dt.datetime) -> object:
+        """SQLite keeps times as text: bind it in SQLite's format, not SQLAlchemy's."""
+        return stamp(value)
+
+    @classmethod
+    def stamp_type(cls, column_type: Any) -> Any:  # noqa: ANN401, ARG003
+        return String()
