@@ -189,8 +189,9 @@ _registry_guard = threading.Lock()
 
 
 def _on_dispose(sync_engine: Engine) -> None:
+    """``engine.dispose()``: close every loop's connections; the next operation opens new ones."""
     with _registry_guard:
-        pools = _registry.pop(sync_engine, None)
+        pools = _registry.get(sync_engine)
     if pools is not None:
         pools.drop_all()
 

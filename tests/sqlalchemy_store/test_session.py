@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from session_contract import SessionContract, msg
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from agents_memory import (
     SessionClosedError,
@@ -15,6 +16,7 @@ from agents_memory import (
     SQLAlchemySession,
     TableNames,
 )
+from agents_memory._databases.base import observed
 
 
 class StoreHarness:
@@ -38,13 +40,29 @@ class StoreHarness:
         await _insert_raw(self.store, session_id, data)
 
 
-class TestSQLAlchemySessionContract(SessionContract):
-    """The shared Session contract, for sessions of a SessionStore on every backend."""
+def _observe(_conn: Any, _cursor: Any, _statement: str, *_: Any) -> None:
+    """An execution listener: the engine is observed, so its statements go through SQLAlchemy."""
 
-    @pytest.fixture
-    def harness(self, store: SessionStore) -> StoreHarness:
-        """The backend's store, seen through the contract's harness."""
-        return StoreHarness(store)
+
+class TestSQLAlchemySessionContract(SessionContract):
+    """The shared Session contract, for sessions of a SessionStore on every backend.
+
+    Twice per backend: on the database's driver runner, and on the SQLAlchemy
+    runner (what an engine with ``echo`` or execution events gets).
+    """
+
+    @pytest.fixture(params=["driver", "sqlalchemy"])
+    def harness(
+        self, request: pytest.FixtureRequest, store: SessionStore
+    ) -> Iterator[StoreHarness]:
+        """The backend's store, seen through the contract's harness, on one runner."""
+        core = request.param == "sqlalchemy"
+        if core:
+            event.listen(store.engine.sync_engine, "before_cursor_execute", _observe)
+        assert observed(store.engine) == core
+        yield StoreHarness(store)
+        if core:
+            event.remove(store.engine.sync_engine, "before_cursor_execute", _observe)
 
 
 @pytest.mark.parametrize("name", ["bad-name", "1abc", "a b", "x;drop", "", "a" * 64, "ü"])
