@@ -118,8 +118,9 @@ def version_table_for(sessions: str) -> str:
     key fit in 63 characters (sessions names up to 51 characters): the name
     every such database already has, so its lineage carries on. Longer sessions
     names get ``<first 42 characters>_<8 hex digits of SHA-1>_version`` (59
-    characters); those sets never migrated on Postgres or MySQL before, as
-    the key name did not fit.
+    characters). Those sets could not migrate on Postgres or MySQL before (the
+    key name did not fit), only on SQLite and, at 52 characters, MariaDB; the
+    runner renames such a database's old table (``legacy_version_table``).
     """
     name = f"{sessions}{VERSION_TABLE_SUFFIX}"
     if len(name) <= MAX_VERSION_TABLE_LENGTH:
