@@ -3,16 +3,44 @@
 Every table, foreign key, index and constraint name in the models, the migrations
 and the version table comes from a :class:`TableNames`; a table name written as a
 literal anywhere else is a bug.
+
+A name set is accepted only if it works on every supported database: each name
+the set makes (see :meth:`TableNames.derived_names`) must fit that database's
+identifier limit and differ from every other name of the set, compared
+case-insensitively as SQLite compares them. Anything else is refused when the
+``TableNames`` is made, before a table exists, rather than halfway through a
+migration.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import re
 
 MAX_IDENTIFIER_LENGTH = 63
-"""Postgres' limit (MySQL allows 64); names longer than this would be truncated silently."""
+"""Postgres' identifier limit (MySQL/MariaDB allow 64, SQLite has none): the strictest one.
+
+Postgres truncates a longer name it is given silently; SQLAlchemy refuses one it
+renders, so every table name and every name derived from it must fit.
+"""
+
+IDENTIFIER_LIMITS: dict[str, int | None] = {
+    "postgresql": MAX_IDENTIFIER_LENGTH,
+    "mysql": 64,
+    "mariadb": 64,
+    "sqlite": None,
+}
+"""Each database's identifier limit, by SQLAlchemy dialect name (``None``: no limit).
+
+Constraint and index names past the limit are shortened by SQLAlchemy for that
+database (see :func:`_convention_name`); the version table and its key are not,
+so they are kept under the strictest limit by construction.
+"""
+
+DATABASES = ("postgresql", "mysql", "sqlite")
+"""The databases a name set must work on (``mariadb`` names the same rules as ``mysql``)."""
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -26,18 +54,34 @@ NAMING_CONVENTION = {
 """Stable, table-derived names for every constraint and index (the index matches the seed's).
 
 Models and migrations both name constraints through it; SQLAlchemy shortens a name
-past a backend's limit with a stable hash suffix. Changing it needs a migration.
+past a database's limit (the first ``limit - 8`` characters, ``_`` and four hex
+digits of its MD5), the same way every time, so such a name fits and stays stable.
+Changing it needs a migration.
 """
 
 DEFAULT_SESSIONS_TABLE = "agent_sessions"
 DEFAULT_MESSAGES_TABLE = "agent_messages"
 
+VERSION_TABLE_SUFFIX = "_version"
+VERSION_KEY_SUFFIX = "_pkc"
+"""Alembic names its version table's primary key ``<version_table>_pkc`` (not configurable)."""
+
+MAX_VERSION_TABLE_LENGTH = MAX_IDENTIFIER_LENGTH - len(VERSION_KEY_SUFFIX)
+"""59: the longest version table whose primary key name still fits in 63 characters."""
+
+_DIGEST_LENGTH = 8
+_SQLITE_RESERVED_PREFIX = "sqlite_"
+_SQLITE_REBUILD_PREFIX = "_alembic_tmp_"
+"""Alembic's batch mode rebuilds a SQLite table through a copy under this prefix."""
+
 
 def validate_identifier(name: object, *, what: str = "table name") -> str:
-    """Return ``name`` if it is a safe, unquoted SQL identifier; raise otherwise.
+    """Return ``name`` if it is a portable SQL identifier; raise otherwise.
 
-    Identifiers are interpolated into DDL and into the few hand-written SQL
-    statements, so only ``[A-Za-z_][A-Za-z0-9_]*`` up to 63 characters passes.
+    Only ``[A-Za-z_][A-Za-z0-9_]*`` up to 63 characters passes: a name every
+    database stores as given (once quoted), with no escaping to get wrong.
+    Reserved words and mixed case pass too; every statement quotes its
+    identifiers. SQLite reserves the ``sqlite_`` prefix for itself.
     """
     if not isinstance(name, str):
         msg = f"{what} must be a str, got {type(name).__name__}"
@@ -49,14 +93,151 @@ def validate_identifier(name: object, *, what: str = "table name") -> str:
         )
         raise ValueError(msg)
     if len(name) > MAX_IDENTIFIER_LENGTH:
-        msg = f"invalid {what} {name!r}: at most {MAX_IDENTIFIER_LENGTH} characters"
+        msg = (
+            f"invalid {what} {name!r}: at most {MAX_IDENTIFIER_LENGTH} characters "
+            f"(Postgres' identifier limit), it has {len(name)}"
+        )
+        raise ValueError(msg)
+    if name.lower().startswith(_SQLITE_RESERVED_PREFIX):
+        msg = (
+            f"invalid {what} {name!r}: SQLite reserves names starting with "
+            f"{_SQLITE_RESERVED_PREFIX!r} (case-insensitively) for itself"
+        )
         raise ValueError(msg)
     return name
 
 
+def _digest(name: str) -> str:
+    return hashlib.sha1(name.encode(), usedforsecurity=False).hexdigest()[:_DIGEST_LENGTH]
+
+
+def version_table_for(sessions: str) -> str:
+    """The version table of the lineage whose sessions table is ``sessions``.
+
+    ``<sessions>_version`` whenever it and Alembic's ``<sessions>_version_pkc``
+    key fit in 63 characters (sessions names up to 51 characters): the name
+    every such database already has, so its lineage carries on. Longer sessions
+    names get ``<first 42 characters>_<8 hex digits of SHA-1>_version`` (59
+    characters). Those sets could not migrate on Postgres or MySQL before (the
+    key name did not fit), only on SQLite and, at 52 characters, MariaDB; the
+    runner renames such a database's old table (``legacy_version_table``).
+    """
+    name = f"{sessions}{VERSION_TABLE_SUFFIX}"
+    if len(name) <= MAX_VERSION_TABLE_LENGTH:
+        return name
+    keep = MAX_VERSION_TABLE_LENGTH - len(VERSION_TABLE_SUFFIX) - _DIGEST_LENGTH - 1
+    return f"{sessions[:keep]}_{_digest(sessions)}{VERSION_TABLE_SUFFIX}"
+
+
+def _legacy_version_table_for(sessions: str) -> str:
+    """The version table name agents_memory used before it kept the key name within limits."""
+    name = f"{sessions}{VERSION_TABLE_SUFFIX}"
+    if len(name) <= MAX_IDENTIFIER_LENGTH:
+        return name
+    keep = MAX_IDENTIFIER_LENGTH - len(VERSION_TABLE_SUFFIX) - _DIGEST_LENGTH - 1
+    return f"{sessions[:keep]}_{_digest(sessions)}{VERSION_TABLE_SUFFIX}"
+
+
+def _convention_name(name: str, limit: int | None) -> str:
+    """A naming-convention name as SQLAlchemy renders it for a database with ``limit``.
+
+    SQLAlchemy shortens a convention name (a ``conv``) past the limit to its
+    first ``limit - 8`` characters, ``_`` and the last four hex digits of its
+    MD5; tests/test_table_names.py compiles the models' DDL to hold this to it.
+    """
+    if limit is None or len(name) <= limit:
+        return name
+    digest = hashlib.md5(name.encode(), usedforsecurity=False).hexdigest()[-4:]
+    return f"{name[: limit - 8]}_{digest}"
+
+
+_ROLES = {
+    "sessions": "sessions table",
+    "messages": "messages table",
+    "version_table": "version table",
+    "version_table_pk": "version table's primary key",
+    "sessions_pk": "sessions table's primary key",
+    "sessions_updated_at_index": "sessions index on updated_at",
+    "messages_pk": "messages table's primary key",
+    "messages_index": "messages index on (session_id, id)",
+    "messages_fk": "messages table's foreign key",
+    "sessions_rebuild": "copy Alembic rebuilds the sessions table through",
+    "messages_rebuild": "copy Alembic rebuilds the messages table through",
+}
+"""What each name of :meth:`TableNames.derived_names` is, for error messages."""
+
+_DATABASE_LABELS = {"postgresql": "Postgres", "mysql": "MySQL/MariaDB", "sqlite": "SQLite"}
+
+
+def _derived_names(sessions: str, messages: str, database: str) -> dict[str, str]:
+    try:
+        limit = IDENTIFIER_LIMITS[database]
+    except KeyError:
+        msg = f"unknown database {database!r}; expected one of {', '.join(IDENTIFIER_LIMITS)}"
+        raise ValueError(msg) from None
+    s, m = sessions, messages
+    conventions = {
+        "sessions_pk": NAMING_CONVENTION["pk"] % {"table_name": s},
+        "sessions_updated_at_index": NAMING_CONVENTION["ix"]
+        % {"table_name": s, "column_0_name": "updated_at"},
+        "messages_pk": NAMING_CONVENTION["pk"] % {"table_name": m},
+        "messages_index": NAMING_CONVENTION["ix"]
+        % {"table_name": m, "column_0_name": "session_id"},
+        "messages_fk": NAMING_CONVENTION["fk"]
+        % {"table_name": m, "column_0_name": "session_id", "referred_table_name": s},
+    }
+    version = version_table_for(s)
+    names = {
+        "version_table": version,
+        "version_table_pk": f"{version}{VERSION_KEY_SUFFIX}",
+        **{role: _convention_name(name, limit) for role, name in conventions.items()},
+    }
+    if database == "sqlite":
+        names["sessions_rebuild"] = f"{_SQLITE_REBUILD_PREFIX}{s}"
+        names["messages_rebuild"] = f"{_SQLITE_REBUILD_PREFIX}{m}"
+    return names
+
+
+@functools.lru_cache(maxsize=1024)
+def _refusal(sessions: str, messages: str) -> str | None:
+    """Why the pair of valid, distinct names cannot work on some database, or ``None``.
+
+    Cached: a store makes a ``TableNames`` per session object, and the answer
+    for a pair never changes.
+    """
+    pair = f"table names {sessions!r}/{messages!r}"
+    for database in DATABASES:
+        limit = IDENTIFIER_LIMITS[database]
+        label = _DATABASE_LABELS[database]
+        names = {"sessions": sessions, "messages": messages}
+        names.update(_derived_names(sessions, messages, database))
+        seen: dict[str, tuple[str, str]] = {}
+        for role, name in names.items():
+            if limit is not None and len(name) > limit:
+                return (
+                    f"{pair} would make the {_ROLES[role]} {name!r}, {len(name)} characters: "
+                    f"over {label}'s identifier limit of {limit} (every name of a set must fit "
+                    f"in {MAX_IDENTIFIER_LENGTH}); choose shorter table names"
+                )
+            other, other_name = seen.setdefault(name.lower(), (role, name))
+            if other != role:
+                same = repr(name) if name == other_name else f"{other_name!r} and {name!r}"
+                return (
+                    f"{pair} collide on {label}: the {_ROLES[other]} and the {_ROLES[role]} "
+                    f"would be named {same}, the same name to a database that compares names "
+                    "case-insensitively as SQLite does (a set must work on every database); "
+                    "choose other table names"
+                )
+    return None
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class TableNames:
-    """The pair of table names one store lives in, validated on construction."""
+    """The pair of table names one store lives in, validated on construction.
+
+    Construction refuses (``ValueError``) a pair that could not work on every
+    supported database, so nothing is ever created for it anywhere.
+    """
 
     sessions: str = DEFAULT_SESSIONS_TABLE
     messages: str = DEFAULT_MESSAGES_TABLE
@@ -65,19 +246,56 @@ class TableNames:
         validate_identifier(self.sessions, what="sessions table name")
         validate_identifier(self.messages, what="messages table name")
         if self.sessions.lower() == self.messages.lower():
-            msg = f"sessions and messages tables must differ, both are {self.sessions!r}"
+            msg = (
+                "sessions and messages tables must differ (case-insensitively, as SQLite "
+                f"compares names), got {self.sessions!r} and {self.messages!r}"
+            )
             raise ValueError(msg)
+        problem = _refusal(self.sessions, self.messages)
+        if problem is not None:
+            raise ValueError(problem)
 
     @property
     def messages_index(self) -> str:
-        """The seed's index name on ``(session_id, id)``, kept so seed databases match."""
-        return f"idx_{self.messages}_session_id"
+        """The seed's index name on ``(session_id, id)``, kept so seed databases match.
+
+        As the convention writes it; past a database's limit SQLAlchemy shortens
+        it (``derived_names(database)["messages_index"]`` is the name it gets there).
+        """
+        return NAMING_CONVENTION["ix"] % {
+            "table_name": self.messages,
+            "column_0_name": "session_id",
+        }
 
     @property
     def version_table(self) -> str:
-        """Alembic's version table for this name set: one per set, never ``alembic_version``."""
-        name = f"{self.sessions}_version"
-        if len(name) <= MAX_IDENTIFIER_LENGTH:
-            return name
-        digest = hashlib.sha1(self.sessions.encode(), usedforsecurity=False).hexdigest()[:8]
-        return f"{self.sessions[: MAX_IDENTIFIER_LENGTH - 17]}_{digest}_version"
+        """Alembic's version table for this name set: one per set, never ``alembic_version``.
+
+        See :func:`version_table_for` for the rule (and why existing lineages keep theirs).
+        """
+        return version_table_for(self.sessions)
+
+    @property
+    def legacy_version_table(self) -> str | None:
+        """The version table earlier releases gave this set, where it differs; else ``None``.
+
+        Sessions names of 52-63 characters had a version table whose key name
+        did not fit Postgres or MySQL, so those sets could migrate only on
+        SQLite (and, at 52 characters, MariaDB). The migration runner renames
+        such a table to :attr:`version_table`, so those lineages carry on.
+        """
+        legacy = _legacy_version_table_for(self.sessions)
+        return None if legacy == self.version_table else legacy
+
+    def derived_names(self, database: str = "postgresql") -> dict[str, str]:
+        """Every name this set makes in ``database`` (a SQLAlchemy dialect name), by role.
+
+        The names that must fit the database's identifier limit and must not
+        collide with the tables or with each other (Postgres and SQLite keep
+        tables, indexes and primary keys in one namespace): the version table
+        and its primary key (Alembic's), and the naming convention's keys,
+        indexes and foreign key as SQLAlchemy renders them there, shortened past
+        the limit. On SQLite also the copies Alembic's batch mode rebuilds a
+        table through. Construction has already checked all of them.
+        """
+        return _derived_names(self.sessions, self.messages, database)

@@ -16,7 +16,7 @@ from typing import Any
 
 from alembic.operations import Operations
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection
 from sqlalchemy.types import TypeEngine
@@ -175,6 +175,23 @@ def sqlite_foreign_keys_off(connection: Connection) -> Iterator[None]:
         connection.exec_driver_sql("PRAGMA foreign_keys = ON")
 
 
+def carry_on_legacy_lineage(operations: Operations, names: TableNames) -> None:
+    """Rename the version table an earlier release gave ``names`` to today's name, if needed.
+
+    Sessions names of 52-63 characters used to get a version table whose
+    primary key name did not fit Postgres or MySQL; their lineages exist only
+    where that did not matter (SQLite, and MariaDB at 52 characters). Renaming
+    the table keeps such a database at its revision instead of looking never
+    migrated. Runs under the migration lock, before Alembic reads the version.
+    """
+    legacy = names.legacy_version_table
+    if legacy is None:
+        return
+    insp = inspect(operations.get_bind())
+    if insp.has_table(legacy) and not insp.has_table(names.version_table):
+        operations.rename_table(legacy, names.version_table)
+
+
 def run_lineage(
     connection: Connection, names: TableNames, revision: str, *, downgrade: bool = False
 ) -> None:
@@ -199,4 +216,5 @@ def run_lineage(
             context.begin_transaction(),
             lock(connection, names),
         ):
+            carry_on_legacy_lineage(Operations(context), names)
             context.run_migrations()

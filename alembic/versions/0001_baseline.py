@@ -54,13 +54,24 @@ def _timestamp(name: str) -> sa.Column[Any]:
     return sa.Column(name, TIMESTAMP, server_default=_now(), nullable=False)
 
 
+def _quote(identifier: str) -> str:
+    """``identifier`` quoted for this database where it needs it (mixed case, reserved words).
+
+    The few statements no SQLAlchemy construct or ``op`` function can express
+    are written by hand; every identifier in them goes through here.
+    """
+    return op.get_bind().dialect.identifier_preparer.quote(identifier)
+
+
 def _mysql_collation() -> str:
     """The first binary utf8mb4 collation this server has (offline: the one every server has)."""
     if op.get_context().as_sql:
         return MYSQL_COLLATIONS[-1]
-    query = sa.text(
-        "SELECT COLLATION_NAME FROM information_schema.COLLATIONS WHERE COLLATION_NAME IN "
-        "(" + ", ".join(f"'{c}'" for c in MYSQL_COLLATIONS) + ")"
+    name = sa.column("COLLATION_NAME", sa.String())
+    query = (
+        sa.select(name)
+        .select_from(sa.table("COLLATIONS", name, schema="information_schema"))
+        .where(name.in_(MYSQL_COLLATIONS))
     )
     present = set(op.get_bind().execute(query).scalars())
     return next((c for c in MYSQL_COLLATIONS if c in present), MYSQL_COLLATIONS[-1])
@@ -103,9 +114,13 @@ def _create_messages(table: str, sessions: str) -> None:
 
 
 def _fill_null_times(table: str, columns: list[str]) -> None:
+    """Give rows the seed or SDK left without a time one, before the column turns NOT NULL."""
     for column in columns:
+        target = sa.table(table, sa.column(column, TIMESTAMP))
         op.execute(
-            sa.text(f"UPDATE {table} SET {column} = CURRENT_TIMESTAMP WHERE {column} IS NULL")
+            target.update()
+            .where(target.c[column].is_(None))
+            .values({column: sa.func.current_timestamp()})
         )
 
 
@@ -154,16 +169,25 @@ def _adopt(insp: sa.Inspector, names: Any) -> None:  # noqa: ANN401
             if index["name"] in seed_index_names or index["column_names"] == ["session_id", "id"]:
                 b.drop_index(index["name"])  # type: ignore[arg-type]
     if dialect == "postgresql":
-        # A SERIAL column's sequence is int4 too: widen it with the column.
-        op.execute(
-            sa.text(
-                f"DO $$ DECLARE seq text := pg_get_serial_sequence('{names.messages}', 'id'); "
-                "BEGIN "
-                "IF seq IS NOT NULL THEN EXECUTE format('ALTER SEQUENCE %s AS BIGINT', seq); "
-                "END IF; END $$"
-            )
-        )
+        _widen_serial_sequence(names.messages)
     op.create_index(None, names.messages, ["session_id", "id"])  # type: ignore[arg-type]
+
+
+def _widen_serial_sequence(table: str) -> None:
+    """Postgres: a ``SERIAL`` column's sequence is int4 too; widen it with the column.
+
+    ``pg_get_serial_sequence`` parses its argument as SQL would, so it gets the
+    quoted table name (as a bound value); the sequence's own schema and name
+    come back from the catalogue and are quoted for the ``ALTER``.
+    """
+    query = sa.text(
+        "SELECT n.nspname, c.relname FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE c.oid = CAST(pg_get_serial_sequence(:table, 'id') AS regclass)"
+    )
+    found = op.get_bind().execute(query, {"table": _quote(table)}).all()
+    for schema, sequence in found:
+        op.execute(sa.text(f"ALTER SEQUENCE {_quote(schema)}.{_quote(sequence)} AS BIGINT"))
 
 
 def _adopt_mysql(insp: sa.Inspector, names: Any, s_cols: dict[str, Any]) -> None:  # noqa: ANN401
@@ -173,30 +197,33 @@ def _adopt_mysql(insp: sa.Inspector, names: Any, s_cols: dict[str, Any]) -> None
     key is dropped meanwhile and made again after: MariaDB refuses a new
     collation on a referenced column even with foreign-key checks off.
     """
-    collation = _mysql_collation()
+    collation = _quote(_mysql_collation())  # one of MYSQL_COLLATIONS
     now = "DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"
     s, m = names.sessions, names.messages
+    q = _quote
     for fk in insp.get_foreign_keys(m):
         if fk["referred_table"] == s and fk["name"]:
             op.drop_constraint(fk["name"], m, type_="foreignkey")
     for table in (s, m):
         op.execute(
             sa.text(
-                f"ALTER TABLE {table} ENGINE=InnoDB, "
+                f"ALTER TABLE {q(table)} ENGINE=InnoDB, "
                 f"CONVERT TO CHARACTER SET utf8mb4 COLLATE {collation}"
             )
         )
     times = [
-        f"{'MODIFY' if c in s_cols else 'ADD'} {c} {now}" for c in ("created_at", "updated_at")
+        f"{'MODIFY' if c in s_cols else 'ADD'} {q(c)} {now}" for c in ("created_at", "updated_at")
     ]
     op.execute(
-        sa.text(f"ALTER TABLE {s} MODIFY session_id VARCHAR(255) NOT NULL, {', '.join(times)}")
+        sa.text(
+            f"ALTER TABLE {q(s)} MODIFY {q('session_id')} VARCHAR(255) NOT NULL, {', '.join(times)}"
+        )
     )
     op.execute(
         sa.text(
-            f"ALTER TABLE {m} MODIFY id BIGINT NOT NULL AUTO_INCREMENT, "
-            "MODIFY session_id VARCHAR(255) NOT NULL, MODIFY message_data LONGTEXT NOT NULL, "
-            f"MODIFY created_at {now}"
+            f"ALTER TABLE {q(m)} MODIFY {q('id')} BIGINT NOT NULL AUTO_INCREMENT, "
+            f"MODIFY {q('session_id')} VARCHAR(255) NOT NULL, "
+            f"MODIFY {q('message_data')} LONGTEXT NOT NULL, MODIFY {q('created_at')} {now}"
         )
     )
     indexes = insp.get_indexes(m)
