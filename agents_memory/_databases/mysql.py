@@ -62,6 +62,7 @@ from agents_memory._databases.base import (
     sid_param,
     wrap_driver_error,
 )
+from agents_memory._errors import CorruptItemError
 from agents_memory._tables import TableNames
 from agents_memory.models import current_timestamp
 
@@ -70,8 +71,6 @@ T = TypeVar("T")
 STATEMENT_OVERHEAD = 4096
 """Room for the SQL around one row (statement text, session id, protocol header)."""
 _DEADLOCK = 1213
-DRIVER_ERRORS = (asyncmy.errors.MySQLError, OSError, ConnectionError, asyncio.IncompleteReadError)
-"""What asyncmy raises for the database or the connection (anything else is ours)."""
 _GONE_CODES = frozenset({2006, 2013, 2014, 2045, 2055})
 """Server gone, lost during query, out of sync, lost while reading, lost at handshake."""
 
@@ -231,15 +230,18 @@ class DriverRunner:
                     committing = True
                     ex.last = "COMMIT"
                     await conn.commit()
-            except DRIVER_ERRORS as exc:
+            except CorruptItemError:  # ours (strict pop): rolled back above
+                pool.release(lease)
+                raise
+            except Exception as exc:
+                # The server's own errors leave the connection usable; any other failure
+                # (lost, closed, a protocol out of step) does not.
                 gone = is_gone(exc)
-                pool.release(lease, broken=gone)
+                broken = gone or not isinstance(exc, asyncmy.errors.MySQLError)
+                pool.release(lease, broken=broken, gone=gone)
                 if gone and attempt == 1 and not committing:
                     continue  # the server had closed it: nothing was applied; a fresh one
                 raise wrap_driver_error(exc, self._engine, ex.last, None, gone=gone) from exc
-            except Exception:  # ours (a corrupt row, strict): rolled back above
-                pool.release(lease)
-                raise
             except BaseException:
                 # Cancelled mid-operation: an open transaction dies with the connection.
                 pool.release(lease, broken=True)

@@ -116,13 +116,25 @@ class DriverPool(Generic[C]):
                 waiter.set_result(None)
                 return
 
-    def release(self, lease: Lease[C], *, broken: bool = False) -> None:
-        """Give a connection back; a broken one (or any, once closed) is aborted instead."""
-        if broken or self._closed:
+    def release(self, lease: Lease[C], *, broken: bool = False, gone: bool = False) -> None:
+        """Give a connection back; a broken one (or any, once closed) is aborted instead.
+
+        ``gone``: the server ended it. Whatever ended it (a restart, a failover,
+        ``pg_terminate_backend``, an idle timeout) has most likely ended the idle
+        ones too, so they are aborted as well and the next operation connects
+        afresh, as SQLAlchemy's pool invalidation does.
+        """
+        if broken or gone or self._closed:
             self._open -= 1
             self._abort(lease.driver)
         else:
             self._idle.append(lease)
+        if gone:
+            idle, self._idle = list(self._idle), collections.deque()
+            for stale in idle:
+                self._open -= 1
+                with contextlib.suppress(Exception):
+                    self._abort(stale.driver)
         self._wake()
 
     @contextlib.asynccontextmanager

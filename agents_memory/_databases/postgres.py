@@ -73,6 +73,7 @@ from agents_memory._databases.base import (
     sid_param,
     wrap_driver_error,
 )
+from agents_memory._errors import CorruptItemError
 from agents_memory._tables import TableNames
 
 T = TypeVar("T")
@@ -80,8 +81,7 @@ T = TypeVar("T")
 _POOLER_SQLSTATES = frozenset({"26000", "42P05"})
 """Prepared statement missing / already there: we are not alone on this server connection."""
 _DEADLOCK = "40P01"
-DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
-"""What asyncpg raises for the database or the connection (anything else is ours)."""
+_LOST_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "08000", "08003", "08006"})
 
 
 def _upsert_session(sessions: Table, sid: Any, now: ColumnElement[Any]) -> Any:  # noqa: ANN401
@@ -182,10 +182,10 @@ class DriverExecutor:
 
 
 def _is_gone(exc: BaseException, conn: Any) -> bool:  # noqa: ANN401
-    return (
-        isinstance(exc, (asyncpg.ConnectionDoesNotExistError, asyncpg.InterfaceError, OSError))
-        or conn.is_closed()
-    )
+    """Whether the server ended the connection (or the client can no longer use it)."""
+    if isinstance(exc, asyncpg.PostgresError):
+        return exc.sqlstate in _LOST_SQLSTATES or conn.is_closed()
+    return True
 
 
 async def _adopt(_conn: Any) -> None:  # noqa: ANN401
@@ -238,13 +238,15 @@ class DriverRunner:
         ex = DriverExecutor(lease, self._sql, self._facts)
         try:
             result = await body(ex)
-        except DRIVER_ERRORS as exc:
-            gone = _is_gone(exc, lease.driver)
-            pool.release(lease, broken=gone)
-            raise wrap_driver_error(exc, self._engine, ex.last, None, gone=gone) from exc
-        except Exception:  # ours (a corrupt row, strict): the transaction rolled back
+        except CorruptItemError:  # ours (strict pop): the transaction rolled back
             pool.release(lease)
             raise
+        except Exception as exc:
+            # The server's own errors leave the connection usable; any other failure
+            # (lost, closed, terminated, a protocol in a bad state) does not.
+            gone = _is_gone(exc, lease.driver)
+            pool.release(lease, broken=not isinstance(exc, asyncpg.PostgresError), gone=gone)
+            raise wrap_driver_error(exc, self._engine, ex.last, None, gone=gone) from exc
         except BaseException:
             # Cancelled mid-statement: the connection's state is unknown; it is not reused.
             pool.release(lease, broken=True)

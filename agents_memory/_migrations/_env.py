@@ -12,10 +12,16 @@ import functools
 import os
 from collections.abc import Mapping
 
+from alembic.operations import Operations
 from alembic.runtime.environment import EnvironmentContext
 from sqlalchemy.engine import Connection
 
-from agents_memory._migrations._runner import lock, migration_opts, sqlite_foreign_keys_off
+from agents_memory._migrations._runner import (
+    carry_on_legacy_lineage,
+    lock,
+    migration_opts,
+    sqlite_foreign_keys_off,
+)
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 from agents_memory._urls import DEFAULT_URL
 from agents_memory.migrations import _on_connection as on_connection
@@ -49,6 +55,7 @@ def _run_on(context: EnvironmentContext, connection: Connection, names: TableNam
     with sqlite_foreign_keys_off(connection):
         context.configure(connection=connection, **migration_opts(names))
         with context.begin_transaction(), lock(connection, names):
+            carry_on_legacy_lineage(Operations(context.get_context()), names)
             context.run_migrations()
 
 
