@@ -27,15 +27,6 @@ MYSQL_FAMILY = frozenset({"mysql", "mariadb"})
 """Dialect names of the MySQL family (SQLAlchemy names a ``mariadb://`` engine ``mariadb``)."""
 
 
-def dialect_family(dialect_name: str) -> str:
-    """The backend a dialect belongs to: ``sqlite``, ``postgresql`` or ``mysql`` (MariaDB too).
-
-    MariaDB speaks MySQL's SQL for everything this library does, so one set of
-    statements serves both whichever URL scheme (and so dialect name) was used.
-    """
-    return "mysql" if dialect_name in MYSQL_FAMILY else dialect_name
-
-
 def supported_urls() -> str:
     """A human list of the URL schemes we accept, for error messages."""
     return ", ".join(f"{b}+{d}://" for b, d in _ASYNC_DRIVERS.items())

@@ -23,6 +23,7 @@ hands the body an executor of its own.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import functools
@@ -475,12 +476,49 @@ class Database:
         """The operations on ``engine``: on the driver where possible, else through SQLAlchemy."""
         raise NotImplementedError
 
+    # -- migrations -----------------------------------------------------------------------------
+
+    @classmethod
+    def migration_lock(
+        cls, connection: Connection, key: int, what: str
+    ) -> contextlib.AbstractContextManager[None]:
+        """Serialise migrators of one lineage (``key``) across processes, inside its transaction."""
+        raise NotImplementedError
+
+    @classmethod
+    def rebuild_guard(cls, connection: Connection) -> contextlib.AbstractContextManager[None]:  # noqa: ARG003
+        """What must hold around a migration that may rebuild tables (nothing, by default)."""
+        return contextlib.nullcontext()
+
+    @classmethod
+    def compare_type(
+        cls,
+        dialect: Dialect,  # noqa: ARG003
+        inspected_type: Any,  # noqa: ANN401, ARG003
+        metadata_type: Any,  # noqa: ANN401, ARG003
+    ) -> bool | None:
+        """A type difference Alembic's comparison misses (``None``: leave it to Alembic)."""
+        return None
+
     # -- errors ---------------------------------------------------------------------------------
 
     @classmethod
-    def is_deadlock(cls, orig: BaseException) -> bool:  # noqa: ARG003 - the interface
-        """Whether the database rolled the operation back whole to break a deadlock."""
-        return False
+    def classify(cls, orig: BaseException) -> str | None:  # noqa: ARG003
+        """What a driver error means: ``busy``, ``lost``, ``connect``, ``deadlock`` or ``None``."""
+        return None
+
+    @classmethod
+    def describe(cls, url: URL) -> str:
+        """The database as an error message names it (never with its password)."""
+        from agents_memory._urls import mask_url  # noqa: PLC0415
+
+        host = f"{url.host or 'localhost'}:{url.port}" if url.port else (url.host or "localhost")
+        return f"{host} ({mask_url(url)})"
+
+    @classmethod
+    def cannot_open_advice(cls) -> str | None:
+        """How to fix a database that cannot be opened, where it is not a server (SQLite)."""
+        return None
 
 
 def database_for(dialect_name: str) -> type[Database]:

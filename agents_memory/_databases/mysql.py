@@ -24,9 +24,11 @@ was applied: the operation runs again on a fresh connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import asyncmy
@@ -43,7 +45,7 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.dialects import mysql
-from sqlalchemy.engine import URL, Engine
+from sqlalchemy.engine import URL, Connection, Dialect, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agents_memory._codec import OnCorrupt, decode_row
@@ -71,6 +73,10 @@ T = TypeVar("T")
 STATEMENT_OVERHEAD = 4096
 """Room for the SQL around one row (statement text, session id, protocol header)."""
 _DEADLOCK = 1213
+MIGRATION_LOCK_TIMEOUT_S = 600
+"""How long a migrator waits for another one migrating the same tables."""
+_CONNECT_CODES = frozenset({1044, 1045, 1049, 2002, 2003, 2005, 1040})
+"""Access denied, unknown database, cannot connect, unknown host, too many connections."""
 _GONE_CODES = frozenset({2006, 2013, 2014, 2045, 2055})
 """Server gone, lost during query, out of sync, lost while reading, lost at handshake."""
 
@@ -110,6 +116,22 @@ def is_gone(exc: BaseException) -> bool:
     return _code(exc) in _GONE_CODES or isinstance(
         exc, (OSError, ConnectionError, asyncio.IncompleteReadError)
     )
+
+
+class _PrimaryKeyNameNotes(logging.Filter):
+    """Drop MariaDB's note that a PRIMARY KEY's name is ignored (its key is always ``PRIMARY``).
+
+    Our naming convention names every constraint, and Alembic names its version
+    table's key; MariaDB notes for each that the name was dropped, and asyncmy logs
+    every server note as a warning, which lands on stderr (three lines per table
+    set) for anyone who has not configured logging. Nothing is lost: the keys exist.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "ignored for PRIMARY key" not in record.getMessage()
+
+
+_DRIVER_LOGGER = logging.getLogger("asyncmy")
 
 
 class _Facts:
@@ -414,5 +436,51 @@ class MySQL(Database):
         return and_(*conditions)
 
     @classmethod
-    def is_deadlock(cls, orig: BaseException) -> bool:
-        return _code(orig) == _DEADLOCK
+    @contextlib.contextmanager
+    def migration_lock(cls, connection: Connection, key: int, what: str) -> Iterator[None]:
+        """A named ``GET_LOCK`` held by the connection (there is no transactional DDL).
+
+        Released on the way out, since a pooled connection outlives the migration.
+        MariaDB's notes that a PRIMARY KEY's name is ignored stay off stderr meanwhile.
+        """
+        # GET_LOCK names are at most 64 characters: a digest of the lineage fits any set.
+        name = f"agents_memory:{key & 0xFFFFFFFFFFFFFFFF:016x}"
+        got = connection.execute(select(func.get_lock(name, MIGRATION_LOCK_TIMEOUT_S))).scalar()
+        if got != 1:
+            msg = (
+                f"another migration of {what} held its lock for {MIGRATION_LOCK_TIMEOUT_S} s; "
+                "wait for it to finish (or end that connection), then run the migration again"
+            )
+            raise RuntimeError(msg)
+        quiet = _PrimaryKeyNameNotes()
+        _DRIVER_LOGGER.addFilter(quiet)
+        try:
+            yield
+        finally:
+            _DRIVER_LOGGER.removeFilter(quiet)
+            connection.execute(select(func.release_lock(name)))
+
+    @classmethod
+    def compare_type(cls, dialect: Dialect, inspected_type: Any, metadata_type: Any) -> bool | None:  # noqa: ANN401
+        """The fractional seconds of a ``DATETIME``, which Alembic's comparison skips.
+
+        Alembic compares type arguments only when both sides have the same number
+        of them, so ``DATETIME`` against ``DATETIME(6)`` would pass, and a column
+        that lost its microseconds would go unnoticed. (MariaDB's ``JSON``,
+        reflected as ``LONGTEXT``, needs nothing: Alembic treats the two as synonyms.)
+        """
+        wanted = metadata_type.dialect_impl(dialect)
+        if isinstance(wanted, mysql.DATETIME) and isinstance(inspected_type, mysql.DATETIME):
+            return bool((inspected_type.fsp or 0) != (wanted.fsp or 0))
+        return None
+
+    @classmethod
+    def classify(cls, orig: BaseException) -> str | None:
+        code = _code(orig)
+        if code == _DEADLOCK:
+            return "deadlock"
+        if code in _GONE_CODES:
+            return "lost"
+        if code in _CONNECT_CODES or isinstance(orig, OSError):
+            return "connect"
+        return None

@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import asyncpg
@@ -53,7 +53,7 @@ from sqlalchemy import (
     type_coerce,
 )
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import URL, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -82,6 +82,10 @@ _POOLER_SQLSTATES = frozenset({"26000", "42P05"})
 """Prepared statement missing / already there: we are not alone on this server connection."""
 _DEADLOCK = "40P01"
 _LOST_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "08000", "08003", "08006"})
+_ENDED_SQLSTATES = frozenset({"57P01", "57P02"})
+"""The server ended this connection (admin shutdown, crash shutdown)."""
+_CONNECT_SQLSTATES = frozenset({"28000", "28P01", "3D000", "57P03", "53300"})
+"""Could not connect (auth, no such database, starting up, too many connections)."""
 
 
 def _upsert_session(sessions: Table, sid: Any, now: ColumnElement[Any]) -> Any:  # noqa: ANN401
@@ -448,5 +452,19 @@ class Postgres(Database):
         return type_coerce(sessions.c["metadata"], postgresql.JSONB()).contains(dict(wanted))
 
     @classmethod
-    def is_deadlock(cls, orig: BaseException) -> bool:
-        return str(getattr(orig, "sqlstate", None) or "") == _DEADLOCK
+    @contextlib.contextmanager
+    def migration_lock(cls, connection: Connection, key: int, what: str) -> Iterator[None]:  # noqa: ARG003
+        """A transaction-scoped advisory lock (kept by transaction pooling too)."""
+        connection.execute(select(func.pg_advisory_xact_lock(key)))
+        yield
+
+    @classmethod
+    def classify(cls, orig: BaseException) -> str | None:
+        sqlstate = str(getattr(orig, "sqlstate", None) or "")
+        if sqlstate == _DEADLOCK:
+            return "deadlock"
+        if sqlstate in _ENDED_SQLSTATES or sqlstate.startswith("08"):
+            return "lost"
+        if sqlstate in _CONNECT_SQLSTATES or isinstance(orig, OSError):
+            return "connect"
+        return None

@@ -75,6 +75,8 @@ from agents_memory.models import get_models
 
 T = TypeVar("T")
 
+_SQLITE_BUSY = 5
+_SQLITE_CANTOPEN = 14
 BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite writer waits for another *process* holding the file's write lock."""
 
@@ -629,6 +631,59 @@ class SQLite(Database):
                     func.json_extract(column, path) == value,
                 ]
         return and_(*conditions)
+
+    @classmethod
+    @contextlib.contextmanager
+    def migration_lock(cls, connection: Any, key: int, what: str) -> Iterator[None]:  # noqa: ANN401, ARG003
+        """``BEGIN IMMEDIATE``: the file's write lock, up front.
+
+        It also makes the DDL transactional (the sqlite3 module would otherwise
+        run DDL outside any transaction).
+        """
+        if not connection.connection.driver_connection.in_transaction:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+        yield
+
+    @classmethod
+    @contextlib.contextmanager
+    def rebuild_guard(cls, connection: Any) -> Iterator[None]:  # noqa: ANN401
+        """Foreign keys off while tables are rebuilt, and back on after.
+
+        Batch mode rebuilds a table by copying it and dropping the original; with
+        foreign keys on, dropping the sessions table would cascade-delete every
+        message. SQLite ignores the pragma inside an open transaction, so that case
+        is refused rather than risked.
+        """
+        connection.exec_driver_sql("PRAGMA foreign_keys = OFF")
+        if connection.exec_driver_sql("PRAGMA foreign_keys").scalar():
+            msg = (
+                "cannot migrate agents_memory tables on SQLite inside an open transaction "
+                "(foreign keys cannot be switched off there, and rebuilding a table would "
+                "cascade-delete messages); run the migration before any other write on "
+                "this connection"
+            )
+            raise RuntimeError(msg)
+        try:
+            yield
+        finally:
+            connection.exec_driver_sql("PRAGMA foreign_keys = ON")
+
+    @classmethod
+    def classify(cls, orig: BaseException) -> str | None:
+        code = getattr(orig, "sqlite_errorcode", None) or 0
+        if code & 0xFF == _SQLITE_BUSY:  # extended codes (recovery, snapshot, timeout) too
+            return "busy"
+        if code == _SQLITE_CANTOPEN:
+            return "connect"
+        return None
+
+    @classmethod
+    def describe(cls, url: URL) -> str:
+        return f"the SQLite database {url.database or ':memory:'!r}"
+
+    @classmethod
+    def cannot_open_advice(cls) -> str | None:
+        return "check that its directory exists and is writable by this process"
 
     @classmethod
     def stamp(cls, value: dt.datetime) -> object:

@@ -10,20 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from alembic.operations import Operations
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect, text
-from sqlalchemy.dialects import mysql
+from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 from sqlalchemy.types import TypeEngine
 
+from agents_memory._databases import database_for
 from agents_memory._migrations._scripts import script_directory
 from agents_memory._tables import TableNames
-from agents_memory._urls import dialect_family
 from agents_memory.models import get_models
 
 NAMES_KEY = "agents_memory_tables"
@@ -47,21 +45,9 @@ def compare_type(
     inspected_type: TypeEngine[Any],
     metadata_type: TypeEngine[Any],
 ) -> bool | None:
-    """Alembic's type comparison, plus the fractional seconds of a MySQL ``DATETIME``.
-
-    Alembic compares type arguments only when both sides have the same number of
-    them, so ``DATETIME`` against ``DATETIME(6)`` would pass, and a column that
-    lost its microseconds would go unnoticed. (MariaDB's ``JSON``, reflected as
-    ``LONGTEXT``, needs nothing: Alembic already treats the two as synonyms.)
-    ``None`` defers to Alembic's own comparison.
-    """
-    dialect = context.dialect
-    if dialect_family(dialect.name) != "mysql":
-        return None
-    wanted = metadata_type.dialect_impl(dialect)
-    if isinstance(wanted, mysql.DATETIME) and isinstance(inspected_type, mysql.DATETIME):
-        return (inspected_type.fsp or 0) != (wanted.fsp or 0)
-    return None
+    """Alembic's type comparison, with the database module's additions (``None``: Alembic's)."""
+    db = database_for(context.dialect.name)
+    return db.compare_type(context.dialect, inspected_type, metadata_type)
 
 
 def migration_opts(names: TableNames) -> dict[str, Any]:
@@ -81,98 +67,17 @@ def _lock_key(names: TableNames) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-MYSQL_LOCK_TIMEOUT_S = 600
-"""How long a MySQL/MariaDB migrator waits for another one migrating the same tables."""
-
-
 @contextlib.contextmanager
 def lock(connection: Connection, names: TableNames) -> Iterator[None]:
-    """Serialise migrators of one lineage across processes, inside the migration transaction.
-
-    Postgres: a transaction-scoped advisory lock. SQLite: ``BEGIN IMMEDIATE``
-    takes the file's write lock up front, which also makes the DDL transactional
-    (the sqlite3 module would otherwise run DDL outside any transaction).
-    MySQL/MariaDB have no transactional DDL (each statement commits), so a named
-    ``GET_LOCK`` held by the connection serialises migrators instead; it is
-    released on the way out, since a pooled connection outlives the migration.
-    """
-    dialect = dialect_family(connection.dialect.name)
-    if dialect == "postgresql":
-        connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _lock_key(names)})
-    elif dialect == "sqlite":
-        driver = connection.connection.driver_connection
-        if not getattr(driver, "in_transaction", False):
-            connection.exec_driver_sql("BEGIN IMMEDIATE")
-    elif dialect == "mysql":
-        with _mysql_lock(connection, names):
-            yield
-        return
-    yield
-
-
-class _PrimaryKeyNameNotes(logging.Filter):
-    """Drop MariaDB's note that a PRIMARY KEY's name is ignored (its key is always ``PRIMARY``).
-
-    Our naming convention names every constraint, and Alembic names its version
-    table's key; MariaDB notes for each that the name was dropped, and asyncmy logs
-    every server note as a warning, which lands on stderr (three lines per table
-    set) for anyone who has not configured logging. Nothing is lost: the keys exist.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "ignored for PRIMARY key" not in record.getMessage()
-
-
-_MYSQL_DRIVER_LOGGER = logging.getLogger("asyncmy")
-
-
-@contextlib.contextmanager
-def _mysql_lock(connection: Connection, names: TableNames) -> Iterator[None]:
-    # GET_LOCK names are at most 64 characters: a digest of the version table fits any set.
-    name = f"agents_memory:{_lock_key(names) & 0xFFFFFFFFFFFFFFFF:016x}"
-    params = {"name": name, "timeout": MYSQL_LOCK_TIMEOUT_S}
-    got = connection.execute(text("SELECT GET_LOCK(:name, :timeout)"), params).scalar()
-    if got != 1:
-        msg = (
-            f"another migration of {names.sessions}/{names.messages} held its lock for "
-            f"{MYSQL_LOCK_TIMEOUT_S} s; wait for it to finish (or end that connection), then "
-            "run the migration again"
-        )
-        raise RuntimeError(msg)
-    quiet = _PrimaryKeyNameNotes()
-    _MYSQL_DRIVER_LOGGER.addFilter(quiet)
-    try:
+    """Serialise migrators of one lineage across processes (the database module's lock)."""
+    db = database_for(connection.dialect.name)
+    with db.migration_lock(connection, _lock_key(names), f"{names.sessions}/{names.messages}"):
         yield
-    finally:
-        _MYSQL_DRIVER_LOGGER.removeFilter(quiet)
-        connection.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": name})
 
 
-@contextlib.contextmanager
-def sqlite_foreign_keys_off(connection: Connection) -> Iterator[None]:
-    """Switch SQLite foreign keys off while tables are rebuilt, and back on after.
-
-    Batch mode rebuilds a table by copying it and dropping the original; with
-    foreign keys on, dropping the sessions table would cascade-delete every
-    message. SQLite ignores the pragma inside an open transaction, so that case
-    is refused rather than risked.
-    """
-    if connection.dialect.name != "sqlite":
-        yield
-        return
-    connection.exec_driver_sql("PRAGMA foreign_keys = OFF")
-    if connection.exec_driver_sql("PRAGMA foreign_keys").scalar():
-        msg = (
-            "cannot migrate agents_memory tables on SQLite inside an open transaction "
-            "(foreign keys cannot be switched off there, and rebuilding a table would "
-            "cascade-delete messages); run the migration before any other write on "
-            "this connection"
-        )
-        raise RuntimeError(msg)
-    try:
-        yield
-    finally:
-        connection.exec_driver_sql("PRAGMA foreign_keys = ON")
+def sqlite_foreign_keys_off(connection: Connection) -> contextlib.AbstractContextManager[None]:
+    """What a database needs around a table rebuild (SQLite: foreign keys off, then on)."""
+    return database_for(connection.dialect.name).rebuild_guard(connection)
 
 
 def carry_on_legacy_lineage(operations: Operations, names: TableNames) -> None:

@@ -25,10 +25,10 @@ from agents_memory._codec import OnCorrupt, decode_rows
 from agents_memory._databases import pool as driver_pool
 from agents_memory._databases import sqlite as sqlite_module
 from agents_memory._databases.base import Database, Operations, Statements, observed
-from agents_memory._errors import SessionClosedError
+from agents_memory._errors import DatabaseConnectionError, SessionClosedError
 from agents_memory._sqlalchemy._cancel import run_to_completion
 from agents_memory._sqlalchemy._engine import EngineState, engine_state
-from agents_memory._sqlalchemy._faults import connection_errors, retry_delay, retry_when_safe
+from agents_memory._sqlalchemy._faults import connection_errors, retry_delay
 from agents_memory._sqlalchemy._schema import ensure_schema, schema_errors
 from agents_memory._tables import TableNames
 from agents_memory._urls import mask_url
@@ -167,7 +167,7 @@ class Backend:
                 return await run_to_completion(op(ops))
             except (DBAPIError, OSError, RuntimeError) as exc:
                 failures += 1
-                delay = retry_delay(exc, failures)
+                delay = retry_delay(exc, failures, self.db)
                 if delay is None:
                     self._raise_typed(exc)
                 await asyncio.sleep(delay)
@@ -269,13 +269,23 @@ class Backend:
         """One batch of ``iterate``: up to ``n`` rows above ``after``, oldest first."""
         return await self._run(lambda ops: ops.after(session_id, after, n))
 
-    @retry_when_safe
     async def fetch(
         self, statement: Executable, params: dict[str, Any] | None = None
     ) -> Sequence[Row[Any]]:
         """Run one read and return all its rows (for the store's listings)."""
-        async with self.reading() as conn:
-            return (await conn.execute(statement, params)).all()
+        failures = 0
+        while True:
+            try:
+                async with self.reading() as conn:
+                    return (await conn.execute(statement, params)).all()
+            except DatabaseConnectionError as exc:  # a connection found dead before sending
+                failures += 1
+                cause = exc.__cause__
+                if (
+                    not isinstance(cause, DBAPIError)
+                    or retry_delay(cause, failures, self.db) is None
+                ):
+                    raise
 
     async def pop(self, session_id: str) -> dict[str, Any] | None:
         """Atomically remove and return the newest valid item.

@@ -10,31 +10,19 @@ thing to check.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import functools
 import random
-from collections.abc import Callable, Coroutine, Iterator
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import Iterator
+from typing import ParamSpec, TypeVar
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agents_memory._databases import Database, database_for
 from agents_memory._errors import DatabaseBusyError, DatabaseConnectionError
-from agents_memory._urls import mask_url
 
-# Postgres SQLSTATEs that mean "could not connect" rather than "this statement failed".
-_CONNECT_SQLSTATES = {"28000", "28P01", "3D000", "57P03", "53300"}
-# ... and those that mean "the server ended this connection".
-_LOST_SQLSTATES = {"57P01", "57P02"}
-# A deadlock victim's work was rolled back whole: Postgres' deadlock_detected, InnoDB's
-# ER_LOCK_DEADLOCK (which rolls back the whole transaction, not just the statement).
-_DEADLOCK_SQLSTATES = {"40P01"}
-_MYSQL_DEADLOCK = 1213
 DEADLOCK_RETRIES = 5
 """How many times an operation chosen as a deadlock victim is run again before giving up."""
-_SQLITE_CANTOPEN = 14
-_SQLITE_BUSY = 5  # extended codes (busy recovery/snapshot/timeout) share the low byte
 # asyncpg refuses to *start* a statement on a connection the server has already ended
 # (its FATAL message arrived, the socket close not yet): nothing was sent, so retrying is safe.
 _UNSENT_MARKERS = ("another operation", "underlying connection is closed")
@@ -53,11 +41,7 @@ def _reason(exc: BaseException, password: str | None) -> str:
 
 
 def _where(engine: AsyncEngine) -> str:
-    url = engine.url
-    if url.get_backend_name() == "sqlite":
-        return f"the SQLite database {url.database or ':memory:'!r}"
-    host = f"{url.host or 'localhost'}:{url.port}" if url.port else (url.host or "localhost")
-    return f"{host} ({mask_url(url)})"
+    return database_for(engine.dialect.name).describe(engine.url)
 
 
 def on_other_loop(exc: BaseException) -> bool:
@@ -65,24 +49,17 @@ def on_other_loop(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and "attached to a different loop" in str(exc)
 
 
-def _classify(exc: BaseException) -> str | None:
-    """``"lost"``, ``"connect"``, ``"busy"`` or ``None`` (not a connection problem)."""
+def _classify(exc: BaseException, db: type[Database]) -> str | None:
+    """``"lost"``, ``"connect"``, ``"busy"`` or ``None`` (not a connection problem).
+
+    What a driver's error code means is its database module's rule (``classify``).
+    """
     if not isinstance(exc, DBAPIError):
-        return "connect" if isinstance(exc, OSError) else None  # asyncpg raises these unwrapped
-    orig = exc.orig
-    sqlstate = str(getattr(orig, "sqlstate", None) or "")
-    kind: str | None = None
-    if (getattr(orig, "sqlite_errorcode", None) or 0) & 0xFF == _SQLITE_BUSY:
-        kind = "busy"
-    elif exc.connection_invalidated or sqlstate in _LOST_SQLSTATES or sqlstate.startswith("08"):
-        kind = "lost"
-    elif (
-        sqlstate in _CONNECT_SQLSTATES
-        or getattr(orig, "sqlite_errorcode", None) == _SQLITE_CANTOPEN
-        or isinstance(orig, OSError)
-    ):
-        kind = "connect"
-    return kind
+        return "connect" if isinstance(exc, OSError) else None  # raised unwrapped at connect
+    if exc.connection_invalidated:
+        return "lost"
+    kind = db.classify(exc.orig) if exc.orig is not None else None
+    return None if kind == "deadlock" else kind
 
 
 @contextlib.contextmanager
@@ -106,7 +83,8 @@ def connection_errors(engine: AsyncEngine) -> Iterator[None]:
         )
         raise DatabaseConnectionError(msg) from exc
     except (DBAPIError, OSError) as exc:
-        kind = _classify(exc)
+        db = database_for(engine.dialect.name)
+        kind = _classify(exc, db)
         if kind is None:
             raise
         cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
@@ -126,11 +104,8 @@ def connection_errors(engine: AsyncEngine) -> Iterator[None]:
                 "applied completely or not at all, so check with get_items() before retrying "
                 "a write. The next call uses a fresh connection."
             )
-        elif engine.url.get_backend_name() == "sqlite":
-            msg = (
-                f"cannot open {where} ({reason}); check that its directory exists and is "
-                "writable by this process"
-            )
+        elif (advice := db.cannot_open_advice()) is not None:
+            msg = f"cannot open {where} ({reason}); {advice}"
         else:
             msg = (
                 f"cannot connect to {where}: {reason}. Check that the server is running and "
@@ -139,35 +114,21 @@ def connection_errors(engine: AsyncEngine) -> Iterator[None]:
         raise DatabaseConnectionError(msg) from exc
 
 
-def _unsent(exc: DatabaseConnectionError) -> bool:
-    """True when the driver refused to send the statement at all (a dead pooled connection)."""
-    cause = exc.__cause__
-    if not isinstance(cause, DBAPIError) or not cause.connection_invalidated:
-        return False
-    text = str(cause.orig)
-    return any(marker in text for marker in _UNSENT_MARKERS)
+def _deadlocked(exc: DBAPIError, db: type[Database]) -> bool:
+    """True when the database rolled this operation back whole to break a deadlock."""
+    return exc.orig is not None and db.classify(exc.orig) == "deadlock"
 
 
-def _deadlocked(exc: DBAPIError) -> bool:
-    """True when the database rolled this operation back to break a deadlock."""
-    orig = exc.orig
-    if str(getattr(orig, "sqlstate", None) or "") in _DEADLOCK_SQLSTATES:
-        return True
-    args: tuple[object, ...] = getattr(orig, "args", ())
-    return bool(args) and args[0] == _MYSQL_DEADLOCK
-
-
-def retry_delay(exc: BaseException, attempt: int) -> float | None:
+def retry_delay(exc: BaseException, attempt: int, db: type[Database]) -> float | None:
     """How long to wait before running a failed operation again, or ``None``: do not.
 
-    ``attempt`` counts the failures so far (1 for the first). The same two cases
-    as :func:`retry_when_safe`: a statement the driver never sent (once), and a
-    deadlock victim (up to ``DEADLOCK_RETRIES`` times, then
-    :class:`DatabaseBusyError`).
+    ``attempt`` counts the failures so far (1 for the first). Two cases are safe:
+    a statement the driver never sent (run again once), and a deadlock victim
+    (up to ``DEADLOCK_RETRIES`` times, then :class:`DatabaseBusyError`).
     """
     if not isinstance(exc, DBAPIError):
         return None
-    if _deadlocked(exc):
+    if _deadlocked(exc, db):
         if attempt > DEADLOCK_RETRIES:
             msg = (
                 f"the database chose this operation as a deadlock victim on {attempt} "
@@ -183,53 +144,3 @@ def retry_delay(exc: BaseException, attempt: int) -> float | None:
         if any(marker in text for marker in _UNSENT_MARKERS):
             return 0.0
     return None
-
-
-def retry_when_safe(
-    method: Callable[Concatenate[S, P], Coroutine[Any, Any, T]],
-) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
-    """Run an operation again when the database guarantees none of it was applied.
-
-    Two such cases:
-
-    * its connection turned out dead before anything was sent (retried once). A
-      pooled connection whose server went away is usually caught at checkout
-      (``_engine``); this covers the moment between the server's goodbye and the
-      socket closing. The pool has been invalidated by then, so the second attempt
-      runs on a fresh connection;
-    * it was chosen as a deadlock victim (concurrent pops on MySQL/MariaDB meet
-      InnoDB's next-key locks): its transaction was rolled back whole. It is run
-      again after a short random pause, up to ``DEADLOCK_RETRIES`` times, then
-      :class:`DatabaseBusyError`.
-
-    Any other failure is raised as it is: a statement that may have taken effect
-    is never sent twice.
-    """
-
-    @functools.wraps(method)
-    async def wrapper(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        resent = False
-        deadlocks = 0
-        while True:
-            try:
-                return await method(self, *args, **kwargs)
-            except DatabaseConnectionError as exc:
-                if resent or not _unsent(exc):
-                    raise
-                resent = True
-            except DBAPIError as exc:
-                if not _deadlocked(exc):
-                    raise
-                deadlocks += 1
-                if deadlocks > DEADLOCK_RETRIES:
-                    msg = (
-                        f"the database chose this operation as a deadlock victim on {deadlocks} "
-                        "attempts in a row; each time it was rolled back whole, so nothing was "
-                        "written and it can be retried (many writers contend for the same "
-                        "session's rows)"
-                    )
-                    raise DatabaseBusyError(msg) from exc
-                # Jitter, not a schedule: the other party should get through first.
-                await asyncio.sleep(random.uniform(0, 0.004 * 2**deadlocks))  # noqa: S311
-
-    return wrapper

@@ -11,6 +11,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agents_memory import SessionStore, TableNames, migrations
+from agents_memory._databases import mysql as mysql_module
 from agents_memory._migrations import _runner
 
 ITEMS: list[dict[str, Any]] = [
@@ -48,7 +49,7 @@ async def test_held_lock_makes_a_migrator_wait_then_fail(
     mysql_engine: AsyncEngine, names: TableNames, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A migrator waits on another's lock, then fails clearly past the timeout, creating nothing."""
-    monkeypatch.setattr(_runner, "MYSQL_LOCK_TIMEOUT_S", 1)
+    monkeypatch.setattr(mysql_module, "MIGRATION_LOCK_TIMEOUT_S", 1)
     async with mysql_engine.connect() as holder:
         got = await holder.execute(text("SELECT GET_LOCK(:n, 0)"), {"n": lock_name(names)})
         assert got.scalar() == 1
