@@ -3,9 +3,9 @@
 Kept apart from the test module so that a spawned child imports the library and this
 file only, not pytest's fixtures. Each process says ``"ready"`` on its pipe, waits for
 ``go`` (set once both are ready), runs for at most ``DURATION`` seconds and ``MAX_OPS``
-operations, counts what it did in a shared counter (so each side can tell how far the
-other got while it ran) and sends a summary dict on its pipe. Errors are counted and
-kept as text, never raised: the test decides.
+operations, counts every operation it finished, successful or not, in a shared counter
+(so each side can tell how far the other got while it ran) and sends a summary dict on
+its pipe. Errors are counted and kept as text, never raised: the test decides.
 """
 
 from __future__ import annotations
@@ -36,9 +36,10 @@ def victim_items() -> list[Any]:
 
 
 class _Tally:
-    """What one process did: successful operations, errors, and the other side's progress."""
+    """What one process did: operations (tried), errors among them, the other side's progress."""
 
-    def __init__(self, other: Synchronized[int]) -> None:
+    def __init__(self, mine: Synchronized[int], other: Synchronized[int]) -> None:
+        self.mine = mine
         self.other = other
         self.ops = 0
         self.errors = 0
@@ -47,17 +48,18 @@ class _Tally:
         self.other_at_last: int | None = None
         self.started = self.ended = 0.0
 
-    def done(self, mine: Synchronized[int]) -> None:
-        """One operation succeeded: count it, and note how far the other process is."""
+    def done(self) -> None:
+        """One operation finished (either way): count it, and note how far the other is."""
         self.ops += 1
-        with mine.get_lock():
-            mine.value += 1
+        with self.mine.get_lock():
+            self.mine.value += 1
         seen = self.other.value
         if self.other_at_first is None:
             self.other_at_first = seen
         self.other_at_last = seen
 
     def failed(self, exc: BaseException) -> None:
+        """The operation just counted raised ``exc``."""
         self.errors += 1
         if len(self.error_texts) < KEPT_ERRORS:
             self.error_texts.append(f"{type(exc).__name__}: {exc}"[:400])
@@ -76,7 +78,7 @@ async def _read_victim(url: str, tables: tuple[str, str], shared: Shared, out: C
     """Process A: read ``victim`` in a loop, nothing else; record what every read returned."""
     go, mine, other = shared
     expected = victim_items()
-    tally = _Tally(other)
+    tally = _Tally(mine, other)
     lengths: dict[int, int] = {}  # items returned -> how many reads returned that many
     out_of_order = 0  # reads with 200 items that were not the 200 items in order
     store = SessionStore.from_url(url, sessions_table=tables[0], messages_table=tables[1])
@@ -93,12 +95,13 @@ async def _read_victim(url: str, tables: tuple[str, str], shared: Shared, out: C
             try:
                 items = await session.get_items()
             except Exception as exc:  # noqa: BLE001 - every failure is counted and reported
+                tally.done()
                 tally.failed(exc)
                 continue
+            tally.done()
             lengths[len(items)] = lengths.get(len(items), 0) + 1
             if len(items) == VICTIM_ITEMS and items != expected:
                 out_of_order += 1
-            tally.done(mine)
         tally.ended = time.time()
     finally:
         await store.close()
@@ -108,7 +111,7 @@ async def _read_victim(url: str, tables: tuple[str, str], shared: Shared, out: C
 async def _churn_others(url: str, tables: tuple[str, str], shared: Shared, out: Connection) -> None:
     """Process B: append to, read and clear sessions other than ``victim``, in a loop."""
     go, mine, other = shared
-    tally = _Tally(other)
+    tally = _Tally(mine, other)
     store = SessionStore.from_url(url, sessions_table=tables[0], messages_table=tables[1])
     try:
         out.send("ready")
@@ -130,8 +133,7 @@ async def _churn_others(url: str, tables: tuple[str, str], shared: Shared, out: 
                         await session.get_items()
             except Exception as exc:  # noqa: BLE001 - every failure is counted and reported
                 tally.failed(exc)
-                continue
-            tally.done(mine)
+            tally.done()
         tally.ended = time.time()
     finally:
         await store.close()

@@ -35,7 +35,7 @@ from sqlalchemy.pool import NullPool
 
 from agents_memory import SessionStore, TableNames, migrations
 
-MIN_OPS = 20  # operations each process must complete for the run to count as a race
+MIN_OPS = 20  # operations each process must finish (either way) for the run to count as a race
 MIN_OVERLAP = 10  # operations of one process that must happen while the other one runs
 JOIN_TIMEOUT = 120.0  # seconds for a child to start, race and report
 
@@ -147,7 +147,7 @@ async def test_reads_never_change_data_across_processes(
         problems.append(
             f"victim holds {len(after)} items after process A only read it (200 before)"
         )
-    if a["lengths"] != {race.VICTIM_ITEMS: a["ops"]}:
+    if a["lengths"] != {race.VICTIM_ITEMS: a["ops"] - a["errors"]}:
         problems.append(f"A's reads returned these item counts (items: reads): {a['lengths']}")
     if a["out_of_order"]:
         problems.append(f"{a['out_of_order']} of A's reads had 200 items, not in order")
@@ -157,7 +157,7 @@ async def test_reads_never_change_data_across_processes(
     for name, mine in (("A", a), ("B", b)):
         if mine["ops"] <= MIN_OPS or mine["other_progress"] < MIN_OVERLAP:
             problems.append(
-                f"no race: {name} completed {mine['ops']} operations (> {MIN_OPS} needed), "
+                f"no race: {name} finished {mine['ops']} operations (> {MIN_OPS} needed), "
                 f"{mine['other_progress']} of the other's while it ran (>= {MIN_OVERLAP} needed)"
             )
     assert not problems, "\n".join([*problems, f"A (reader): {a}", f"B (churner): {b}"])
