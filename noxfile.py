@@ -1,7 +1,9 @@
 """Sessions for tests (one per database), lint, type checks and benchmarks.
 
 Reads Python versions and extras from pyproject.toml; the database is a
-parameter: ``nox -s "tests(db='postgres')"``. Plain ``nox`` runs everything.
+parameter: ``nox -s "tests(db='postgres')"``. Plain ``nox`` runs everything, including
+the suite through PgBouncer in transaction pooling mode (``db='pgbouncer'``; start it
+with ``bash .ci/pgbouncer``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ PYPROJECT = nox.project.load_toml("pyproject.toml")
 SUPPORTED = nox.project.python_versions(PYPROJECT)
 CURRENT = f"{sys.version_info.major}.{sys.version_info.minor}"
 PYTHON = CURRENT if CURRENT in SUPPORTED else SUPPORTED[0]
-DATABASES = ["sqlite", "postgres", "mysql"]
+DATABASES = ["sqlite", "postgres", "mysql", "pgbouncer"]
 
 nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_existing_virtualenvs = True

@@ -1,12 +1,19 @@
 """One fixture parametrises every backend; each test gets its own tables.
 
 Backends come from ``AGENTS_MEMORY_TEST_DB`` (comma-separated: ``sqlite``,
-``postgres``, ``mysql``; default all three). Postgres is reached at
+``postgres``, ``mysql``, ``pgbouncer``; default the first three). Postgres is reached at
 ``AGENTS_MEMORY_TEST_POSTGRES_URL`` (default ``postgresql://root@127.0.0.1:5432/test``),
 MySQL/MariaDB at ``AGENTS_MEMORY_TEST_MYSQL_URL`` (default
-``mysql://root@127.0.0.1:3306/test``); when a server does not answer its tests are
-skipped with the reason, unless ``CI`` is set, in which case they fail: CI must
-never pass by skipping.
+``mysql://root@127.0.0.1:3306/test``), and the same Postgres through PgBouncer in
+transaction pooling mode (``bash .ci/pgbouncer`` starts one) at
+``AGENTS_MEMORY_TEST_PGBOUNCER_URL`` (default ``postgresql://root@127.0.0.1:6432/test``);
+when a server does not answer its tests are skipped with the reason, unless ``CI`` is
+set, in which case they fail: CI must never pass by skipping.
+
+The PgBouncer backend has id ``pgbouncer`` and kind ``postgres``: every test treats it as
+Postgres. A test that needs a direct server connection (session state such as a backend
+pid, a session setting or a startup parameter) says so with
+``@pytest.mark.direct_postgres("why")``, which skips it for ``pgbouncer`` only.
 """
 
 from __future__ import annotations
@@ -19,9 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import MetaData, Table
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.schema import DropTable
 
 from agents_memory import SessionStore, TableNames, create_engine
 
@@ -29,6 +37,9 @@ POSTGRES_URL = os.environ.get(
     "AGENTS_MEMORY_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test"
 )
 MYSQL_URL = os.environ.get("AGENTS_MEMORY_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
+PGBOUNCER_URL = os.environ.get(
+    "AGENTS_MEMORY_TEST_PGBOUNCER_URL", "postgresql://root@127.0.0.1:6432/test"
+)
 SELECTED = {
     name.strip()
     for name in os.environ.get("AGENTS_MEMORY_TEST_DB", "sqlite,postgres,mysql").split(",")
@@ -41,12 +52,13 @@ IN_CI = bool(os.environ.get("CI"))
 class Backend:
     """One database a test runs against."""
 
-    id: str
-    kind: str  # "sqlite", "postgres" or "mysql"
+    id: str  # "sqlite-file", "sqlite-memory", "postgres", "mysql" or "pgbouncer"
+    kind: str  # "sqlite", "postgres" (also through PgBouncer) or "mysql"
     url: str
 
 
-_DEFAULT_PORTS = {"postgres": 5432, "mysql": 3306}
+_DEFAULT_PORTS = {"postgres": 5432, "mysql": 3306, "pgbouncer": 6432}
+_HOW_TO_START = {"pgbouncer": "; start one with `bash .ci/pgbouncer`"}
 
 
 def _server_answers(kind: str, url: str) -> str | None:
@@ -66,7 +78,10 @@ def require_server(kind: str, url: str) -> None:
     if reason is None:
         return
     others = ",".join(sorted(SELECTED - {kind})) or "sqlite"
-    message = f"{reason}; set AGENTS_MEMORY_TEST_DB={others} to run without {kind}"
+    message = (
+        f"{reason}{_HOW_TO_START.get(kind, '')}; "
+        f"set AGENTS_MEMORY_TEST_DB={others} to run without {kind}"
+    )
     if IN_CI:
         pytest.fail(f"CI is set, so a missing server is a failure: {message}")
     pytest.skip(message)
@@ -81,7 +96,22 @@ def _backends() -> list[pytest.param]:  # type: ignore[valid-type]
         params.append(pytest.param("postgres", id="postgres"))
     if "mysql" in SELECTED:
         params.append(pytest.param("mysql", id="mysql"))
+    if "pgbouncer" in SELECTED:
+        params.append(pytest.param("pgbouncer", id="pgbouncer"))
     return params
+
+
+_SERVER_URLS = {"postgres": POSTGRES_URL, "mysql": MYSQL_URL, "pgbouncer": PGBOUNCER_URL}
+_SERVER_KINDS = {"postgres": "postgres", "mysql": "mysql", "pgbouncer": "postgres"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the suite's own marker (``--strict-markers`` is on)."""
+    config.addinivalue_line(
+        "markers",
+        "direct_postgres(reason): needs a direct Postgres connection; skipped, with the reason, "
+        "for the pgbouncer backend (transaction pooling keeps no session state)",
+    )
 
 
 @pytest.fixture(params=_backends())
@@ -92,9 +122,13 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
         return Backend(kind_id, "sqlite", f"sqlite+aiosqlite:///{tmp_path / 'store.db'}")
     if kind_id == "sqlite-memory":
         return Backend(kind_id, "sqlite", "sqlite+aiosqlite://")
-    url = MYSQL_URL if kind_id == "mysql" else POSTGRES_URL
+    direct = request.node.get_closest_marker("direct_postgres")
+    if kind_id == "pgbouncer" and direct is not None:
+        why = direct.args[0] if direct.args else "it needs a direct Postgres connection"
+        pytest.skip(f"not through PgBouncer (transaction pooling): {why}")
+    url = _SERVER_URLS[kind_id]
     require_server(kind_id, url)
-    return Backend(kind_id, kind_id, url)
+    return Backend(kind_id, _SERVER_KINDS[kind_id], url)
 
 
 @pytest.fixture
@@ -113,10 +147,13 @@ def names() -> TableNames:
 
 
 async def drop_tables(engine: AsyncEngine, names: TableNames) -> None:
-    """Remove a test's tables (and its version table) from a shared server."""
+    """Remove a test's tables (and its version table) from a shared server.
+
+    SQLAlchemy quotes each name as the dialect needs (mixed case, reserved words).
+    """
     async with engine.begin() as conn:
         for table in (names.messages, names.sessions, names.version_table):
-            await conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
+            await conn.execute(DropTable(Table(table, MetaData()), if_exists=True))
 
 
 @pytest.fixture

@@ -152,6 +152,11 @@ async def test_missing_table_names_the_fix(store: SessionStore) -> None:
         await s.add_items([item(2)])
 
 
+@pytest.mark.direct_postgres(
+    "sets lock_timeout as a connection startup parameter (server_settings), which PgBouncer "
+    "1.18 refuses ('unsupported startup parameter'); ignoring it instead would drop the "
+    "setting and leave the write waiting on the row lock forever"
+)
 async def test_database_errors_keep_sqlalchemy_types(file_backend: Any, store: SessionStore):
     """A lock conflict raises what the SQLAlchemy path raises (parameters hidden); then it works.
 
