@@ -38,8 +38,9 @@ def upgrade_command(url: str | URL, names: TableNames) -> str:
 
 def _is_missing_schema(exc: DBAPIError) -> bool:
     orig = exc.orig
-    if getattr(orig, "sqlstate", None) in _MISSING_SQLSTATES:
-        return True
+    sqlstate = getattr(orig, "sqlstate", None)
+    if sqlstate:  # Postgres says exactly what is missing ("prepared statement" is not a table)
+        return sqlstate in _MISSING_SQLSTATES
     text = str(orig).lower()
     return any(marker in text for marker in _MISSING_MARKERS)
 
