@@ -211,15 +211,26 @@ async def _create_schema(engine: AsyncEngine, names: TableNames) -> None:
         await conn.run_sync(get_models(names).metadata.create_all)
 
 
+class WarmUpError(Exception):
+    """Which part of the warm-up failed; the error itself is the cause."""
+
+
 async def _warm_up(impl: Impl, items: ItemSource) -> None:
     """Run every operation once, and fill the pool, before anything is timed."""
     sessions = [impl.session(f"warmup-{i}") for i in range(PG_POOL_SIZE * 2)]
-    await asyncio.gather(*(s.add_items(items.turn()) for s in sessions))
-    await asyncio.gather(*(s.get_items(limit=2) for s in sessions))
-    for s in sessions:
-        await s.get_items()
-        await s.pop_item()
-        await s.clear_session()
+    n = len(sessions)
+    phase = f"{n} concurrent add_items"
+    try:
+        await asyncio.gather(*(s.add_items(items.turn()) for s in sessions))
+        phase = f"{n} concurrent get_items(limit=2)"
+        await asyncio.gather(*(s.get_items(limit=2) for s in sessions))
+        phase = "sequential get_items, pop_item, clear_session"
+        for s in sessions:
+            await s.get_items()
+            await s.pop_item()
+            await s.clear_session()
+    except Exception as exc:
+        raise WarmUpError(phase) from exc
     impl.release(sessions)
 
 
@@ -364,8 +375,11 @@ async def build(db: Database, items: ItemSource, *, peers: bool, step_seconds: f
                     await close_one(impl, step_seconds)
                 if key == "raw":
                     raise
-                stage = "setup" if impl is None else "warm-up (concurrent, untimed)"
-                impl = _failed(key, impl.label if impl else LABELS[key], stage, describe(exc))
+                stage = "setup" if impl is None else "warm-up (untimed)"
+                error: BaseException = exc
+                if isinstance(exc, WarmUpError) and exc.__cause__ is not None:
+                    stage, error = f"warm-up (untimed), {exc}", exc.__cause__
+                impl = _failed(key, impl.label if impl else LABELS[key], stage, describe(error))
             impls.append(impl)
     except BaseException:
         await close_all(impls, step_seconds)

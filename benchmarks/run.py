@@ -94,7 +94,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, help="override the number of repeats (median)")
     p.add_argument("--only", default="", help="run workloads whose key contains this text")
     p.add_argument("--no-peers", action="store_true", help="skip the Agents SDK's classes")
-    p.add_argument("--no-scale", action="store_true", help="skip the 100k-item measurements")
+    p.add_argument(
+        "--no-scale",
+        action="store_true",
+        help="skip the at-scale table (100,000 items; 20,000 quick)",
+    )
     p.add_argument("--json", type=Path, help="also write every measurement to this file")
     p.add_argument(
         "--step-timeout",
@@ -153,15 +157,19 @@ async def _pgbouncer_reconnect(url: str) -> str:
     """
     parsed = make_url(url)
     admin = parsed.set(database="pgbouncer").render_as_string(hide_password=False)
+    command = f"RECONNECT {parsed.database}" if parsed.database else "RECONNECT"
     try:
         conn = await asyncio.wait_for(asyncpg.connect(admin, statement_cache_size=0), 10)
         try:
-            await conn.execute(f"RECONNECT {parsed.database}")  # simple protocol, as it needs
+            await asyncio.wait_for(conn.execute(command), 10)  # simple protocol, as it needs
         finally:
             await conn.close()
     except Exception as exc:
-        return f"could not RECONNECT through the admin console ({describe(exc)})"
-    return f"RECONNECT {parsed.database}: fresh server connections"
+        return (
+            f"could not {command} through the admin console ({describe(exc)}): server "
+            "connections may hold prepared statements left by earlier clients"
+        )
+    return f"{command} through the admin console: fresh server connections"
 
 
 @dataclasses.dataclass
@@ -417,7 +425,7 @@ async def _run_target(
         db = Database(key, TITLES[key], tag, url=url)
         if key != "pgbouncer":
             return await TargetRun(db, ctx, args, failures).run(workloads), failures
-        print(f"  pgbouncer: {await _pgbouncer_reconnect(url)}", file=sys.stderr)
+        print(f"\n{TITLES[key]}: {await _pgbouncer_reconnect(url)}")
         try:
             return await TargetRun(db, ctx, args, failures).run(workloads), failures
         finally:
