@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import asyncpg
-from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agents_memory import SessionStore, TableNames, create_engine, get_models
@@ -122,13 +121,23 @@ def _failed(key: str, label: str, failed_in: str, reason: str) -> Impl:
 
 
 def _count_connects(engine: AsyncEngine) -> Callable[[], int]:
-    """Count the DBAPI connections ``engine``'s pool opens (overflow churn shows here)."""
+    """Count the DBAPI connections ``engine`` opens (overflow churn shows here).
+
+    By wrapping this engine's dialect's ``connect`` (what its pool calls for a new
+    connection) rather than listening for the pool's ``connect`` event: a store may
+    take a listener as a reason to run differently (ours runs statements through
+    SQLAlchemy when someone else observes them), and the count must not change what
+    it counts. Connections a store opens without its engine are not seen.
+    """
     count = [0]
+    dialect: Any = engine.sync_engine.dialect
+    connect = dialect.connect
 
-    def on_connect(_dbapi_connection: Any, _record: Any) -> None:
+    def counting_connect(*args: Any, **kwargs: Any) -> Any:
         count[0] += 1
+        return connect(*args, **kwargs)
 
-    event.listen(engine.sync_engine, "connect", on_connect)
+    dialect.connect = counting_connect
     return lambda: count[0]
 
 
