@@ -225,7 +225,13 @@ class TargetRun:
     async def run(self, workloads: list[Workload]) -> TargetResult:
         """All repeats of all workloads; ops/s per workload per implementation."""
         db, ctx, args = self.db, self.ctx, self.args
-        impls = await build(db, ctx.items, peers=not args.no_peers, step_seconds=args.step_timeout)
+        try:
+            impls = await build(
+                db, ctx.items, peers=not args.no_peers, step_seconds=args.step_timeout
+            )
+        except BaseException:
+            await db.drop_tables()  # those created before the failure
+            raise
         self.failures.extend(
             Failure(db.key, i.key, i.failed_in, i.failure) for i in impls if i.failure is not None
         )
