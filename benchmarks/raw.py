@@ -17,6 +17,15 @@ clear = one ``DELETE`` of the session row, its items going by ``ON DELETE CASCAD
 Postgres (asyncpg): a pool without the per-release ``RESET ALL`` round trip (the store never
 changes session state), every operation one autocommitted statement: ``add_items`` is a
 data-modifying CTE (session upsert + ``unnest`` insert), pop a ``FOR UPDATE`` sub-select.
+
+Through a transaction-pooling PgBouncer the same, with ``statement_cache_size=0``, asyncpg's
+documented PgBouncer setting: consecutive statements of one client may run on different
+server connections, so named prepared statements are not safe. With the cache off asyncpg
+uses the unnamed statement and sends its Parse again with the Bind, so each statement costs
+two round trips (describe, then parse + bind + execute) where a cached one costs one.
+
+Every raw store counts the connections it opens (``opened``; asyncmy's pool has no connect hook,
+so on MySQL the distinct connections its pool hands out), which shows any churn.
 """
 
 from __future__ import annotations
@@ -89,11 +98,13 @@ class RawSqlite:
         self.del_messages = f"DELETE FROM {m} WHERE session_id = ?"
         self.del_session = f"DELETE FROM {s} WHERE session_id = ?"
         self.lock = asyncio.Lock()
+        self.opened = 0
         self.writer: aiosqlite.Connection
         self.reader: aiosqlite.Connection
 
     async def _connect(self) -> aiosqlite.Connection:
         conn = await aiosqlite.connect(self.path)
+        self.opened += 1
         for pragma in ("busy_timeout = 30000", "foreign_keys = ON", "journal_mode = WAL"):
             await conn.execute(f"PRAGMA {pragma}")
         return conn
@@ -167,9 +178,14 @@ async def _no_reset(_conn: asyncpg.Connection) -> None:
 class RawPostgres:
     """asyncpg: one autocommitted statement per operation over a fixed-size pool."""
 
-    def __init__(self, url: str, names: TableNames, pool_size: int) -> None:
+    def __init__(
+        self, url: str, names: TableNames, pool_size: int, *, statement_cache_size: int = 100
+    ) -> None:
         self.url = url
         self.pool_size = pool_size
+        self.statement_cache_size = statement_cache_size
+        """asyncpg's default (100), or 0 through a transaction-pooling PgBouncer."""
+        self.opened = 0
         s, m = names.sessions, names.messages
         self.append = (
             f"WITH s AS (INSERT INTO {s} (session_id) VALUES ($1) "
@@ -196,8 +212,16 @@ class RawPostgres:
     async def open(self) -> None:
         """Open the pool with all its connections."""
         self.pool = await asyncpg.create_pool(
-            self.url, min_size=self.pool_size, max_size=self.pool_size, reset=_no_reset
+            self.url,
+            min_size=self.pool_size,
+            max_size=self.pool_size,
+            reset=_no_reset,
+            init=self._count,
+            statement_cache_size=self.statement_cache_size,
         )
+
+    async def _count(self, _conn: asyncpg.Connection) -> None:
+        self.opened += 1
 
     async def close(self) -> None:
         """Close the pool."""
@@ -253,6 +277,15 @@ class RawMysql:
         self.delete_one = f"DELETE FROM {m} WHERE id = %s"
         self.clear_sql = f"DELETE FROM {s} WHERE session_id = %s"
         self.pool: Any
+        self.opened = 0
+        self._seen: set[Any] = set()
+        """Every connection the pool has handed out (asyncmy's pool has no connect hook)."""
+
+    def _note(self, conn: Any) -> Any:
+        if conn not in self._seen:
+            self._seen.add(conn)
+            self.opened += 1
+        return conn
 
     async def open(self) -> None:
         """Open the pool with all its connections."""
@@ -273,6 +306,7 @@ class RawMysql:
         """Close the pool."""
         self.pool.close()
         await self.pool.wait_closed()
+        self._seen.clear()
 
     def session(self, session_id: str) -> RawSession:
         """A session handle (cheap)."""
@@ -280,6 +314,7 @@ class RawMysql:
 
     async def _write(self, statements: list[tuple[str, Any, bool]]) -> list[Any]:
         async with self.pool.acquire() as conn:
+            self._note(conn)
             await conn.begin()
             try:
                 out: list[Any] = []
@@ -302,7 +337,7 @@ class RawMysql:
 
     async def get(self, sid: str, limit: int | None) -> list[dict[str, Any]]:
         """One SELECT, decoded oldest first."""
-        async with self.pool.acquire() as conn, conn.cursor() as cur:
+        async with self.pool.acquire() as conn, self._note(conn).cursor() as cur:
             if limit is None:
                 await cur.execute(self.all, (sid,))
                 return [_loads(row[1]) for row in await cur.fetchall()]
@@ -312,6 +347,7 @@ class RawMysql:
     async def pop(self, sid: str) -> dict[str, Any] | None:
         """Lock the newest row, delete it, commit."""
         async with self.pool.acquire() as conn:
+            self._note(conn)
             await conn.begin()
             try:
                 async with conn.cursor() as cur:

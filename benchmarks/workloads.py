@@ -28,6 +28,8 @@ class Sizes:
     seq_turns: int = 10
     conc_sessions: int = 32
     conc_rounds: int = 5
+    burst_sessions: int = 64
+    burst_rounds: int = 10
     latest_calls: int = 300
     full_reads: int = 5
     pops: int = 200
@@ -37,15 +39,17 @@ class Sizes:
 
     @classmethod
     def quick(cls) -> Sizes:
-        """Fewer repeats and rounds (about a minute per database)."""
+        """Fewer repeats and rounds, a 20,000-item scale session (under three minutes in all)."""
         return cls(
             repeats=3,
             seq_turns=5,
             conc_rounds=3,
+            burst_rounds=5,
             latest_calls=150,
             full_reads=3,
             pops=100,
             clears=50,
+            scale_items=20_000,
             scale_calls=50,
         )
 
@@ -131,6 +135,49 @@ class ConcAppends(Run):
         for k in range(3):
             want = [i for row in self.turns for i in row[k]]
             check(await self.sessions[k].get_items() == want, "concurrent appends")
+        self.impl.release(self.sessions)
+
+
+class Burst(Run):
+    """Each round, 64 sessions at once each read their latest 20 items, then append a turn.
+
+    What an agent server sees when many conversations take a turn together: 64
+    concurrent operations, more than any pool here holds (10 connections per
+    implementation on a server, the same for raw; SQLAlchemy's default 5 + 10 overflow
+    for the SQLite engines), so operations queue for a connection, or the pool opens
+    and closes overflow connections (churn, counted by the harness). Each session's
+    read and append run one after the other, as in a turn; the sessions run together.
+    A round is 2 operations per session. The check looks at every session: its last
+    read must be exactly its own latest 20 items, and its history every turn in order.
+    """
+
+    def __init__(self, impl: Impl, ctx: Ctx, rep: int) -> None:
+        sz = ctx.sizes
+        self.impl = impl
+        self.sessions = [impl.session(f"burst-{rep}-{i}") for i in range(sz.burst_sessions)]
+        self.turns = [[ctx.items.turn() for _ in self.sessions] for _ in range(sz.burst_rounds)]
+        self.rounds = sz.burst_rounds
+        self.done = 0
+        self.last_read: list[Any] = [None] * len(self.sessions)
+
+    async def _turn(self, k: int, i: int) -> None:
+        session = self.sessions[k]
+        self.last_read[k] = await session.get_items(limit=20)
+        await session.add_items(self.turns[i][k])
+
+    @override
+    async def round(self, i: int) -> int:
+        await asyncio.gather(*(self._turn(k, i) for k in range(len(self.sessions))))
+        self.done = i + 1
+        return 2 * len(self.sessions)
+
+    @override
+    async def check(self) -> None:
+        for k, session in enumerate(self.sessions):
+            history = [item for row in self.turns[: self.done] for item in row[k]]
+            before_last = history[: -len(self.turns[self.done - 1][k])]
+            check(self.last_read[k] == before_last[-20:], f"burst: latest 20 of session {k}")
+            check(await session.get_items() == history, f"burst: history of session {k}")
         self.impl.release(self.sessions)
 
 
@@ -288,6 +335,12 @@ WORKLOADS = (
         "conc_append",
         "concurrent appends ({conc_sessions} sessions at once x {conc_rounds} rounds)",
         ConcAppends,
+    ),
+    Workload(
+        "burst",
+        "burst ({burst_sessions} sessions at once x {burst_rounds} rounds: "
+        "latest 20, then append 4 items)",
+        Burst,
     ),
     Workload("latest_40", "latest 20 of a 40-item session ({latest_calls} calls)", LatestOf40),
     Workload(
