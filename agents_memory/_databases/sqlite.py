@@ -52,7 +52,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.pool import NullPool, StaticPool
+from sqlalchemy.pool import StaticPool
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from agents_memory._codec import OnCorrupt, decode_row
@@ -542,13 +542,14 @@ class SQLite(Database):
     def engine_defaults(cls, url: URL, kwargs: dict[str, Any]) -> None:
         """In memory: one shared connection (else each sees its own empty database).
 
-        A file: no pooled aiosqlite connections (``NullPool``). The hot path runs on
-        the runner's own threads; SQLAlchemy connects for listings and migrations
-        only, so nothing (thread, descriptor) is left idle in a pool.
+        A file keeps SQLAlchemy's pool: the hot path runs on the runner's own
+        threads, and the pool serves listings, migrations and engines whose
+        statements must go through SQLAlchemy (``echo``, tracing, connect listeners).
         """
         if "poolclass" in kwargs or "creator" in kwargs:
             return
-        kwargs["poolclass"] = StaticPool if is_memory(url) else NullPool
+        if is_memory(url):
+            kwargs["poolclass"] = StaticPool
 
     @classmethod
     def one_connection(cls, url: URL) -> bool:
