@@ -504,7 +504,11 @@ class Database:
 
     @classmethod
     def classify(cls, orig: BaseException) -> str | None:  # noqa: ARG003
-        """What a driver error means: ``busy``, ``lost``, ``connect``, ``deadlock`` or ``None``."""
+        """What a driver error means.
+
+        ``busy``, ``lost``, ``connect``, ``deadlock``, ``missing`` (a table or
+        column: the schema is not at head) or ``None`` (nothing we name).
+        """
         return None
 
     @classmethod

@@ -674,6 +674,9 @@ class SQLite(Database):
         code = getattr(orig, "sqlite_errorcode", None) or 0
         if code & 0xFF == _SQLITE_BUSY:  # extended codes (recovery, snapshot, timeout) too
             return "busy"
+        text = str(orig)
+        if text.startswith(("no such table", "no such column")) or " has no column named " in text:
+            return "missing"
         if code == _SQLITE_CANTOPEN:
             return "connect"
         return None
