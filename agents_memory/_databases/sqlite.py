@@ -610,9 +610,8 @@ class SQLite(Database):
 
     @classmethod
     def _build_statements(cls, names: TableNames) -> Statements:
-        return portable_statements(
-            names, now=bindparam("now", type_=String()), upsert_session=_upsert_session
-        )
+        when = bindparam("now", type_=String())
+        return portable_statements(names, now=when, upsert_session=_upsert_session, item_time=when)
 
     @classmethod
     def operations(cls, engine: AsyncEngine, names: TableNames, on_corrupt: OnCorrupt) -> Any:  # noqa: ANN401
