@@ -124,11 +124,12 @@ class Backend:
             await self._follow_loop()
         if not self._schema_ready:
             with connection_errors(self.engine):
-                check = ensure_schema(self.engine, self.names, create=self._create_tables)
-                if self.interruptible:
-                    await check
-                else:  # aiosqlite: a started statement must finish (see _cancel)
-                    await run_to_completion(check)
+                # Run to completion whatever cancels the caller: MySQL has no transactional
+                # DDL, so a migration cut in half would leave half a schema behind, and on
+                # aiosqlite a started statement must finish anyway (see _cancel).
+                await run_to_completion(
+                    ensure_schema(self.engine, self.names, create=self._create_tables)
+                )
             self._schema_ready = True
 
     def _operations(self) -> Operations:
