@@ -290,7 +290,7 @@ class _Job:
     wins: a withdrawn job never runs, a started one is never withdrawn.
     """
 
-    __slots__ = ("fn", "future", "loop", "started", "withdrawn")
+    __slots__ = ("delivered", "finished", "fn", "future", "loop", "started", "withdrawn")
 
     def __init__(
         self,
@@ -303,15 +303,22 @@ class _Job:
         self.loop = loop
         self.started = False
         self.withdrawn = False
+        self.delivered = False
+        self.finished: asyncio.Future[None] | None = None
+        """Made by a caller cancelled while the job ran: resolved when the job is done."""
 
 
-def _deliver(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:  # noqa: ANN401
-    if future.cancelled():
+def _deliver(job: _Job, result: Any, error: BaseException | None) -> None:  # noqa: ANN401
+    """On the caller's loop: hand over the job's outcome (or, cancelled, say it is done)."""
+    job.delivered = True
+    if job.future.cancelled():
+        if job.finished is not None and not job.finished.done():
+            job.finished.set_result(None)
         return
     if error is None:
-        future.set_result(result)
+        job.future.set_result(result)
     else:
-        future.set_exception(error)
+        job.future.set_exception(error)
 
 
 def _serve(jobs: queue.SimpleQueue[_Job | None], connect: Callable[[], sqlite3.Connection]) -> None:
@@ -335,7 +342,7 @@ def _serve(jobs: queue.SimpleQueue[_Job | None], connect: Callable[[], sqlite3.C
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
                 error = exc
             with contextlib.suppress(RuntimeError):  # the caller's loop has closed
-                job.loop.call_soon_threadsafe(_deliver, job.future, result, error)
+                job.loop.call_soon_threadsafe(_deliver, job, result, error)
     finally:
         if conn is not None:
             conn.close()
@@ -372,16 +379,15 @@ class Worker:
         job = _Job(fn, loop.create_future(), loop)
         self._jobs.put(job)
         try:
-            return await asyncio.shield(job.future)
+            return await job.future  # type: ignore[no-any-return]
         except asyncio.CancelledError:
             job.withdrawn = True
-            if not job.started:
+            if not job.started or job.delivered:
                 raise
-            while not job.future.done():
+            job.finished = loop.create_future()  # resolved by _deliver once the job is done
+            while not job.finished.done():
                 with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(job.future)
-            if not job.future.cancelled():
-                job.future.exception()  # retrieved: the caller asked to be cancelled
+                    await asyncio.shield(job.finished)
             raise
 
     def stop(self, *, wait: bool) -> None:
@@ -413,8 +419,10 @@ class _Threads:
         connect = functools.partial(open_connection, tuple(args), dict(kwargs))
         self.writer = Worker(connect, "agents_memory-sqlite-writer")
         self.reader = Worker(connect, "agents_memory-sqlite-reader")
+        self.stopped = False
 
     def stop(self, *, wait: bool) -> None:
+        self.stopped = True
         self.writer.stop(wait=wait)
         self.reader.stop(wait=wait)
 
@@ -459,6 +467,14 @@ class ThreadOperations:
         self._engine = engine
         self._sql = compiled(names)
         self._on_corrupt: OnCorrupt = on_corrupt
+        self._threads_seen: _Threads | None = None
+
+    def _threads(self) -> _Threads:
+        """The engine's workers (looked up again only after ``dispose()`` stopped them)."""
+        found = self._threads_seen
+        if found is None or found.stopped:
+            found = self._threads_seen = _threads_for(self._engine)
+        return found
 
     def _fail(self, exc: Exception, statement: str) -> Exception:
         return wrap_driver_error(exc, self._engine, statement, None, gone=False)
@@ -471,7 +487,7 @@ class ThreadOperations:
                 return job(LiteExecutor(conn, sql))
 
         try:
-            return await _threads_for(self._engine).writer.call(in_transaction)
+            return await self._threads().writer.call(in_transaction)
         except sqlite3.Error as exc:
             raise self._fail(exc, sql[key].sql) from exc
 
@@ -479,7 +495,7 @@ class ThreadOperations:
         c = self._sql[key]
         args = c.positional(params)
         try:
-            return await _threads_for(self._engine).reader.call(
+            return await self._threads().reader.call(
                 lambda conn: conn.execute(c.sql, args).fetchall()
             )
         except sqlite3.Error as exc:

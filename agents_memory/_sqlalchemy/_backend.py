@@ -159,7 +159,14 @@ class Backend:
         What the database guarantees was not applied (a statement never sent, a
         deadlock victim rolled back whole) is run again (``_faults.retry_delay``).
         """
-        ops = await self._ready()
+        if (
+            self._schema_ready
+            and not self._closed
+            and (not self.owns_engine or self._loop is asyncio.get_running_loop())
+        ):
+            ops = self._operations()  # the hot path: one check, no extra await
+        else:
+            ops = await self._ready()
         failures = 0
         while True:
             try:
