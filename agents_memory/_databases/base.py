@@ -398,6 +398,30 @@ class Operations(Protocol):
         ...
 
 
+class RowReads:
+    """The four reads of :class:`Operations`, written once over one method: ``_rows``."""
+
+    async def _rows(self, key: str, params: dict[str, Any]) -> Sequence[Row]:
+        """Run the read statement ``key`` with ``params``; all its rows."""
+        raise NotImplementedError
+
+    async def latest(self, session_id: str, n: int) -> Sequence[Row]:
+        """The newest ``n`` rows, newest first."""
+        return await self._rows("select_latest", {"sid": session_id, "n": n})
+
+    async def everything(self, session_id: str) -> Sequence[Row]:
+        """Every row, oldest first."""
+        return await self._rows("select_all", {"sid": session_id})
+
+    async def after(self, session_id: str, after: int, n: int) -> Sequence[Row]:
+        """Up to ``n`` rows above ``after``, oldest first."""
+        return await self._rows("select_after", {"sid": session_id, "after": after, "n": n})
+
+    async def older(self, session_id: str, before: int, n: int) -> Sequence[Row]:
+        """Up to ``n`` rows below ``before``, newest first."""
+        return await self._rows("select_older", {"sid": session_id, "before": before, "n": n})
+
+
 class Database:
     """One database's rules. Subclasses register themselves by SQLAlchemy dialect name."""
 

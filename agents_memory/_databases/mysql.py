@@ -57,6 +57,7 @@ from agents_memory._databases.base import (
     Executor,
     MetadataFilterValue,
     Row,
+    RowReads,
     Statements,
     compile_for,
     observed,
@@ -285,7 +286,7 @@ class DriverRunner:
         """The connections belong to the engine: ``engine.dispose()`` closes them."""
 
 
-class Operations:
+class Operations(RowReads):
     """The protocol's operations on MySQL/MariaDB, on either runner."""
 
     def __init__(self, engine: AsyncEngine, runner: Any, on_corrupt: OnCorrupt) -> None:  # noqa: ANN401
@@ -311,18 +312,6 @@ class Operations:
 
     async def _rows(self, key: str, params: dict[str, Any]) -> Sequence[Row]:
         return await self._runner.read(lambda ex: ex.rows(key, params))  # type: ignore[no-any-return]
-
-    async def latest(self, session_id: str, n: int) -> Sequence[Row]:
-        return await self._rows("select_latest", {"sid": session_id, "n": n})
-
-    async def everything(self, session_id: str) -> Sequence[Row]:
-        return await self._rows("select_all", {"sid": session_id})
-
-    async def after(self, session_id: str, after: int, n: int) -> Sequence[Row]:
-        return await self._rows("select_after", {"sid": session_id, "after": after, "n": n})
-
-    async def older(self, session_id: str, before: int, n: int) -> Sequence[Row]:
-        return await self._rows("select_older", {"sid": session_id, "before": before, "n": n})
 
     async def pop(self, session_id: str) -> dict[str, Any] | None:
         on_corrupt = self._on_corrupt

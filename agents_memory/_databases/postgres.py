@@ -66,6 +66,7 @@ from agents_memory._databases.base import (
     Executor,
     MetadataFilterValue,
     Row,
+    RowReads,
     Statements,
     compile_for,
     observed,
@@ -289,7 +290,7 @@ def _facts_for(engine: AsyncEngine) -> _EngineFacts:
     return found
 
 
-class Operations:
+class Operations(RowReads):
     """The protocol's operations on Postgres, on either runner."""
 
     def __init__(self, runner: Any, on_corrupt: OnCorrupt) -> None:  # noqa: ANN401
@@ -302,18 +303,6 @@ class Operations:
 
     async def _rows(self, key: str, params: dict[str, Any]) -> Sequence[Row]:
         return await self._runner.read(lambda ex: ex.rows(key, params))  # type: ignore[no-any-return]
-
-    async def latest(self, session_id: str, n: int) -> Sequence[Row]:
-        return await self._rows("select_latest", {"sid": session_id, "n": n})
-
-    async def everything(self, session_id: str) -> Sequence[Row]:
-        return await self._rows("select_all", {"sid": session_id})
-
-    async def after(self, session_id: str, after: int, n: int) -> Sequence[Row]:
-        return await self._rows("select_after", {"sid": session_id, "after": after, "n": n})
-
-    async def older(self, session_id: str, before: int, n: int) -> Sequence[Row]:
-        return await self._rows("select_older", {"sid": session_id, "before": before, "n": n})
 
     async def pop(self, session_id: str) -> dict[str, Any] | None:
         """Delete and return the newest row; a corrupt one is skipped (or, raising, kept).

@@ -64,6 +64,7 @@ from agents_memory._databases.base import (
     Database,
     MetadataFilterValue,
     Row,
+    RowReads,
     Statements,
     SyncExecutor,
     compile_for,
@@ -455,7 +456,7 @@ def release_threads(sync_engine: Engine) -> None:
     _on_dispose(sync_engine)
 
 
-class ThreadOperations:
+class ThreadOperations(RowReads):
     """The protocol's operations as jobs on an engine's writer and reader threads.
 
     A job settles before a cancel is raised (:func:`settle`).
@@ -491,7 +492,7 @@ class ThreadOperations:
         except sqlite3.Error as exc:
             raise self._fail(exc, sql[key].sql) from exc
 
-    async def _read(self, key: str, params: Mapping[str, Any]) -> Sequence[Row]:
+    async def _rows(self, key: str, params: dict[str, Any]) -> Sequence[Row]:
         c = self._sql[key]
         args = c.positional(params)
         try:
@@ -504,18 +505,6 @@ class ThreadOperations:
     async def add(self, session_id: str, data: Sequence[str]) -> None:
         await self._write("insert_message", lambda ex: add_body(ex, session_id, data))
 
-    async def latest(self, session_id: str, n: int) -> Sequence[Row]:
-        return await self._read("select_latest", {"sid": session_id, "n": n})
-
-    async def everything(self, session_id: str) -> Sequence[Row]:
-        return await self._read("select_all", {"sid": session_id})
-
-    async def after(self, session_id: str, after: int, n: int) -> Sequence[Row]:
-        return await self._read("select_after", {"sid": session_id, "after": after, "n": n})
-
-    async def older(self, session_id: str, before: int, n: int) -> Sequence[Row]:
-        return await self._read("select_older", {"sid": session_id, "before": before, "n": n})
-
     async def pop(self, session_id: str) -> dict[str, Any] | None:
         return await self._write("pop", lambda ex: pop_body(ex, session_id, self._on_corrupt))
 
@@ -526,7 +515,7 @@ class ThreadOperations:
         """The workers belong to the engine: ``engine.dispose()`` stops them."""
 
 
-class CoreOperations:
+class CoreOperations(RowReads):
     """The same bodies through SQLAlchemy (aiosqlite): in-memory databases and observed engines.
 
     Writers of one engine queue on its asyncio lock (the one connection of an
@@ -555,7 +544,7 @@ class CoreOperations:
         async with self._lock(), self._engine.begin() as conn:
             return await conn.run_sync(lambda c: job(CoreSyncExecutor(c, st)))
 
-    async def _read(self, key: str, params: dict[str, Any]) -> Sequence[Row]:
+    async def _rows(self, key: str, params: dict[str, Any]) -> Sequence[Row]:
         statement = getattr(self._st, key)
         if not self._readers_queue:
             async with self._engine.connect() as conn:
@@ -565,18 +554,6 @@ class CoreOperations:
 
     async def add(self, session_id: str, data: Sequence[str]) -> None:
         await self._write(lambda ex: add_body(ex, session_id, data))
-
-    async def latest(self, session_id: str, n: int) -> Sequence[Row]:
-        return await self._read("select_latest", {"sid": session_id, "n": n})
-
-    async def everything(self, session_id: str) -> Sequence[Row]:
-        return await self._read("select_all", {"sid": session_id})
-
-    async def after(self, session_id: str, after: int, n: int) -> Sequence[Row]:
-        return await self._read("select_after", {"sid": session_id, "after": after, "n": n})
-
-    async def older(self, session_id: str, before: int, n: int) -> Sequence[Row]:
-        return await self._read("select_older", {"sid": session_id, "before": before, "n": n})
 
     async def pop(self, session_id: str) -> dict[str, Any] | None:
         return await self._write(lambda ex: pop_body(ex, session_id, self._on_corrupt))
