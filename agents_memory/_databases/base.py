@@ -179,6 +179,15 @@ def compile_for(statement: Executable, dialect: Dialect) -> CompiledSQL:
     return CompiledSQL(str(compiled), order, constants)
 
 
+def compile_all(st: Statements, dialect: Dialect) -> dict[str, CompiledSQL]:
+    """Every statement of ``st`` compiled once for ``dialect``, by field name (the tables aside)."""
+    return {
+        field: compile_for(value, dialect)
+        for field in st.__dataclass_fields__
+        if field not in ("sessions", "messages") and (value := getattr(st, field)) is not None
+    }
+
+
 # -- executors and runners ----------------------------------------------------------------------
 
 

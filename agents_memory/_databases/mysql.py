@@ -59,7 +59,7 @@ from agents_memory._databases.base import (
     Row,
     RowReads,
     Statements,
-    compile_for,
+    compile_all,
     observed,
     portable_statements,
     sid_param,
@@ -203,23 +203,9 @@ async def _close(conn: Any) -> None:  # noqa: ANN401
 class DriverRunner:
     """Operations on detached asyncmy connections (see the module docstring)."""
 
-    KEYS = (
-        "upsert_session",
-        "insert_message",
-        "select_all",
-        "select_latest",
-        "select_after",
-        "select_older",
-        "pop",
-        "delete_row",
-        "delete_session",
-        "limits",
-    )
-
     def __init__(self, engine: AsyncEngine, names: TableNames) -> None:
         self._engine = engine
-        st = MySQL.statements(names)
-        self._sql = {key: compile_for(getattr(st, key), engine.dialect) for key in self.KEYS}
+        self._sql = compile_all(MySQL.statements(names), engine.dialect)
         size = driver_pool.engine_pool_size(engine)
         self._pools: driver_pool.Pools[Any] = driver_pool.pools_for(
             engine,

@@ -68,7 +68,7 @@ from agents_memory._databases.base import (
     Row,
     RowReads,
     Statements,
-    compile_for,
+    compile_all,
     observed,
     portable_statements,
     sid_param,
@@ -212,19 +212,7 @@ class DriverRunner:
 
     def __init__(self, engine: AsyncEngine, names: TableNames) -> None:
         self._engine = engine
-        st = Postgres.statements(names)
-        self._sql = {
-            key: compile_for(getattr(st, key), engine.dialect)
-            for key in (
-                "append",
-                "select_all",
-                "select_latest",
-                "select_after",
-                "select_older",
-                "pop",
-                "clear",
-            )
-        }
+        self._sql = compile_all(Postgres.statements(names), engine.dialect)
         self._facts = _facts_for(engine)
         size = driver_pool.engine_pool_size(engine)
         self._pools: driver_pool.Pools[Any] = driver_pool.pools_for(

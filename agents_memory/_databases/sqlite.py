@@ -67,7 +67,7 @@ from agents_memory._databases.base import (
     RowReads,
     Statements,
     SyncExecutor,
-    compile_for,
+    compile_all,
     foreign_listeners,
     observed,
     portable_statements,
@@ -155,21 +155,7 @@ def _upsert_session(sessions: Table, sid: Any, now_: ColumnElement[Any]) -> Exec
 @functools.cache
 def compiled(names: TableNames) -> dict[str, CompiledSQL]:
     """Every statement of ``names`` compiled once for ``sqlite3`` (by field name)."""
-    st = SQLite.statements(names)
-    return {
-        key: compile_for(getattr(st, key), DIALECT)
-        for key in (
-            "upsert_session",
-            "insert_message",
-            "select_all",
-            "select_latest",
-            "select_after",
-            "select_older",
-            "pop",
-            "delete_messages",
-            "delete_session",
-        )
-    }
+    return compile_all(SQLite.statements(names), DIALECT)
 
 
 @functools.cache
