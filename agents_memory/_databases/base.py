@@ -440,8 +440,6 @@ class Database:
     """SQLAlchemy dialect names served (MariaDB's ``mariadb`` is MySQL's family)."""
     serialize_writes: ClassVar[bool] = False
     """Whether writers of one engine must queue (SQLite: one writer per file)."""
-    interruptible: ClassVar[bool] = True
-    """Whether a cancel may cut an operation short safely (it is atomic anyway)."""
     loop_bound: ClassVar[bool] = True
     """Whether the driver's connections belong to the event loop that opened them."""
 

@@ -275,6 +275,9 @@ class DriverRunner:
 class Operations(RowReads):
     """The protocol's operations on MySQL/MariaDB, on either runner."""
 
+    settles = True
+    """Whether a cancel may be raised as it arrives (the backend runs it to completion if not)."""
+
     def __init__(self, engine: AsyncEngine, runner: Any, on_corrupt: OnCorrupt) -> None:  # noqa: ANN401
         self._runner = runner
         self._on_corrupt: OnCorrupt = on_corrupt
@@ -372,12 +375,15 @@ class MySQL(Database):
 
     @classmethod
     def operations(cls, engine: AsyncEngine, names: TableNames, on_corrupt: OnCorrupt) -> Any:  # noqa: ANN401
-        runner: Any
-        if observed(engine):
-            runner = CoreRunner(engine, cls.statements(names), autocommit_single=False)
-        else:
-            runner = DriverRunner(engine, names)
-        return Operations(engine, runner, on_corrupt)
+        if not observed(engine):
+            return Operations(engine, DriverRunner(engine, names), on_corrupt)
+        ops = Operations(
+            engine, CoreRunner(engine, cls.statements(names), autocommit_single=False), on_corrupt
+        )
+        # Through SQLAlchemy's asyncmy adapter a cancel mid-transaction is not contained
+        # the way the driver runner contains it (by closing its connection): run to the end.
+        ops.settles = False
+        return ops
 
     @classmethod
     def upsert_metadata(cls, sessions: Table) -> Executable:

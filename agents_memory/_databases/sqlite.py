@@ -560,7 +560,6 @@ class SQLite(Database):
     name: ClassVar[str] = "sqlite"
     dialect_names: ClassVar[tuple[str, ...]] = ("sqlite",)
     serialize_writes: ClassVar[bool] = True
-    interruptible: ClassVar[bool] = False
     loop_bound: ClassVar[bool] = False  # aiosqlite and our threads serve any loop
 
     @classmethod

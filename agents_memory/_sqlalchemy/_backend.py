@@ -94,11 +94,6 @@ class Backend:
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    @property
-    def interruptible(self) -> bool:
-        """Whether a cancel may cut an operation short (see ``_cancel``)."""
-        return self.db.interruptible
-
     def _check_open(self) -> None:
         if self._closed:
             msg = "this session's engine was closed with close(); create a new session"

@@ -22,21 +22,10 @@ stay prompt.
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Callable, Coroutine
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
-P = ParamSpec("P")
 T = TypeVar("T")
-
-
-class _Interruptible(Protocol):
-    """What :func:`cancel_safe` reads from the object whose methods it wraps."""
-
-    @property
-    def interruptible(self) -> bool:
-        """True when a cancel may interrupt an operation midway (it is atomic anyway)."""
-        ...
 
 
 async def run_to_completion(coro: Coroutine[Any, Any, T]) -> T:
@@ -60,20 +49,3 @@ async def run_to_completion(coro: Coroutine[Any, Any, T]) -> T:
             task.exception()  # retrieved: the caller asked to be cancelled, not for the outcome
         raise asyncio.CancelledError
     return task.result()
-
-
-S = TypeVar("S", bound=_Interruptible)
-
-
-def cancel_safe(
-    method: Callable[Concatenate[S, P], Coroutine[Any, Any, T]],
-) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
-    """Make a backend method finish before its caller's cancellation is raised, where needed."""
-
-    @functools.wraps(method)
-    async def wrapper(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        if self.interruptible:
-            return await method(self, *args, **kwargs)
-        return await run_to_completion(method(self, *args, **kwargs))
-
-    return wrapper
