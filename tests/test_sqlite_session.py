@@ -17,7 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import agents
+import agents.memory as sdk_memory
 import pytest
+from agents import testing
 from session_contract import SessionContract, msg
 
 from agents_memory import (
@@ -273,7 +276,6 @@ async def test_sqlite_reads_what_sqlalchemy_wrote(tmp_path: Path, names: TableNa
 
 async def test_agents_sdk_sqlite_files_are_shared(tmp_path: Path) -> None:
     """A file written by the Agents SDK's own SQLiteSession is read by ours, and the reverse."""
-    sdk_memory = pytest.importorskip("agents.memory")
     path = tmp_path / "sdk.db"
     sdk = sdk_memory.SQLiteSession("conv", path)
     try:
@@ -535,8 +537,6 @@ def test_sessions_on_one_file_share_one_write_queue(tmp_path: Path) -> None:
 @pytest.mark.integration
 async def test_runner_keeps_history_in_the_file(db: Path) -> None:
     """The Agents SDK's Runner, with a scripted model, keeps two turns in a SQLiteSession."""
-    agents = pytest.importorskip("agents")
-    testing = pytest.importorskip("agents.testing")
     model = testing.ScriptedModel(
         [[testing.assistant_message("Paris.")], [testing.assistant_message("About 2.1 million.")]]
     )
