@@ -566,3 +566,24 @@ async def test_invalid_utf8_row_is_a_corrupt_row(db: Path) -> None:
         assert await s.get_items() == [msg(0)]
         assert await s.pop_item() == msg(0)  # the corrupt newest row is removed on the way
         assert await s.get_items() == []
+
+
+def _tables(path: Path) -> list[str]:
+    return [r[0] for r in query(path, "SELECT name FROM sqlite_master WHERE type = 'table'")]
+
+
+async def test_constructor_creates_the_tables(db: Path) -> None:
+    """As in the SDK, the constructor creates the tables: a failed first write leaves them."""
+    with SQLiteSession("s", db) as s:
+        assert {"agent_sessions", "agent_messages"} <= set(_tables(db))
+        with pytest.raises(TypeError):
+            await s.add_items([object()])  # type: ignore[list-item]
+    assert {"agent_sessions", "agent_messages"} <= set(_tables(db))
+    assert query(db, "SELECT count(*) FROM agent_messages") == [(0,)]
+
+
+def test_constructor_fails_on_a_file_that_is_not_a_database(db: Path) -> None:
+    """A path that holds something else fails in the constructor, not at the first call."""
+    db.write_bytes(b"not a database, just bytes " * 100)
+    with pytest.raises(sqlite3.DatabaseError):
+        SQLiteSession("s", db)
