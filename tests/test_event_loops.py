@@ -13,8 +13,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conftest import Backend
-
 from agents_memory import SQLAlchemySession, TableNames
 
 
@@ -81,7 +79,7 @@ def test_one_session_from_loops_in_threads(tmp_path: Path) -> None:
     assert sorted(rows) == [('{"n":0}',), ('{"n":1}',), ('{"n":2}',)]
 
 
-def test_every_database_from_loops_in_threads(file_backend: Backend, names: TableNames) -> None:
+def test_every_database_from_loops_in_threads(file_backend: Any, names: TableNames) -> None:
     """On every database: two threads, each with its own loop, create the tables and write."""
     tables = {"sessions_table": names.sessions, "messages_table": names.messages}
 
