@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import threading
 from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
@@ -23,7 +22,7 @@ from sqlalchemy.engine import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
-from agents_memory._locking import hold
+from agents_memory._locking import LoopSpanningLock
 from agents_memory._migrations._runner import migration_opts, run_lineage
 from agents_memory._migrations._scripts import head_revision, script_directory
 from agents_memory._sqlalchemy._engine import create_engine
@@ -99,12 +98,12 @@ async def _engine_for(url_or_engine: str | URL | AsyncEngine) -> AsyncIterator[A
         await engine.dispose()
 
 
-_command_lock = threading.Lock()
+_command_lock = LoopSpanningLock()
 """Alembic commands run through module-global proxies (``alembic.op``/``context``).
 
 Two commands interleaved would clobber each other's proxy, so every command in
 the process takes turns (they are rare and short) — also across event loops and
-threads, which is why this is a thread lock taken with :func:`_locking.hold`.
+threads, which is why this is not an ``asyncio.Lock``.
 """
 
 
@@ -121,7 +120,7 @@ async def _on_connection(
 async def _run_locked(
     url_or_engine: str | URL | AsyncEngine, fn: Callable[[Connection], None]
 ) -> None:
-    async with hold(_command_lock):
+    async with _command_lock.hold():
         await _on_connection(url_or_engine, fn, commit=True)
 
 

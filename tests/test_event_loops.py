@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agents_memory import SQLAlchemySession, TableNames
+from agents_memory._locking import LoopSpanningLock
 
 
 def _in_threads(count: int, job: Any) -> list[Any]:
@@ -92,3 +93,35 @@ def test_every_database_from_loops_in_threads(file_backend: Any, names: TableNam
 
     results = _in_threads(2, job)
     assert results == [[{"n": 0}], [{"n": 1}]]
+
+
+def test_a_lock_held_by_a_closed_loop_is_free_again() -> None:
+    """A holder abandoned when its loop closed does not stall later loops; live holders do."""
+    lock = LoopSpanningLock()
+    abandoned = asyncio.new_event_loop()
+    entered = asyncio.Event()
+
+    async def hold_forever() -> None:
+        async with lock.hold():
+            entered.set()
+            await asyncio.sleep(3600)
+
+    task = abandoned.create_task(hold_forever())
+    abandoned.run_until_complete(entered.wait())
+    abandoned.close()  # the task is left pending: its finally never runs
+    assert not task.done()
+
+    async def take(within: float) -> bool:
+        try:
+            async with asyncio.timeout(within), lock.hold():
+                return True
+        except TimeoutError:
+            return False
+
+    assert asyncio.run(take(5))
+
+    async def held_elsewhere() -> bool:
+        async with lock.hold():
+            return await asyncio.to_thread(asyncio.run, take(0.2))
+
+    assert asyncio.run(held_elsewhere()) is False

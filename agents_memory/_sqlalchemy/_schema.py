@@ -16,7 +16,7 @@ from agents_memory import migrations
 from agents_memory._codec import logger
 from agents_memory._databases import database_for
 from agents_memory._errors import SchemaNotReadyError
-from agents_memory._locking import hold
+from agents_memory._locking import LoopSpanningLock
 from agents_memory._tables import TableNames
 from agents_memory._urls import mask_url
 
@@ -53,7 +53,7 @@ def schema_errors(engine: AsyncEngine, names: TableNames) -> Iterator[None]:
 
 
 _ready: weakref.WeakKeyDictionary[Engine, set[TableNames]] = weakref.WeakKeyDictionary()
-_locks: weakref.WeakKeyDictionary[Engine, threading.Lock] = weakref.WeakKeyDictionary()
+_locks: weakref.WeakKeyDictionary[Engine, LoopSpanningLock] = weakref.WeakKeyDictionary()
 """One schema check at a time per engine, whatever loop or thread runs it."""
 _locks_guard = threading.Lock()
 
@@ -85,8 +85,8 @@ async def ensure_schema(engine: AsyncEngine, names: TableNames, *, create: bool)
     if names in _ready.get(sync_engine, ()):
         return
     with _locks_guard:
-        lock = _locks.setdefault(sync_engine, threading.Lock())
-    async with hold(lock):
+        lock = _locks.setdefault(sync_engine, LoopSpanningLock())
+    async with lock.hold():
         if names in _ready.get(sync_engine, ()):
             return
         head = migrations.head()
