@@ -32,30 +32,36 @@ class LoopSpanningLock:
     """
 
     def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._owner: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        # Reentrant: a collection inside the guarded lines may finalise an abandoned
+        # holder on this very thread, and its release takes the guard again.
+        self._guard = threading.RLock()
+        self._holder: object | None = None
+        self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
 
-    def _try_take(self, loop: asyncio.AbstractEventLoop) -> bool:
+    def _try_take(self, token: object, loop: weakref.ref[asyncio.AbstractEventLoop]) -> bool:
         with self._guard:
-            owner = self._owner() if self._owner is not None else None
-            if owner is not None and not owner.is_closed():
-                return False
-            self._owner = weakref.ref(loop)
+            if self._holder is not None:
+                owner = self._loop() if self._loop is not None else None
+                if owner is not None and not owner.is_closed():
+                    return False
+            self._holder, self._loop = token, loop
             return True
 
-    def _release(self) -> None:
+    def _release(self, token: object) -> None:
         with self._guard:
-            self._owner = None
+            if self._holder is token:  # not a holder whose lock was since taken over
+                self._holder = self._loop = None
 
     @contextlib.asynccontextmanager
     async def hold(self) -> AsyncIterator[None]:
         """Hold the lock for the ``async with`` block."""
-        loop = asyncio.get_running_loop()
+        token = object()
+        loop = weakref.ref(asyncio.get_running_loop())
         wait = _FIRST_WAIT
-        while not self._try_take(loop):
+        while not self._try_take(token, loop):
             await asyncio.sleep(wait)
             wait = min(wait * 2, _LONGEST_WAIT)
         try:
             yield
         finally:
-            self._release()
+            self._release(token)

@@ -7,6 +7,7 @@ thread locks awaited without blocking, so they are bound to no loop.
 from __future__ import annotations
 
 import asyncio
+import gc
 import sqlite3
 import threading
 import time
@@ -122,6 +123,12 @@ def test_a_lock_held_by_a_closed_loop_is_free_again() -> None:
 
     async def held_elsewhere() -> bool:
         async with lock.hold():
+            # The abandoned holder, collected now, runs its finally: that must not
+            # release the lock its loop no longer owns.
+            nonlocal task, abandoned
+            del task, abandoned
+            gc.collect()
             return await asyncio.to_thread(asyncio.run, take(0.2))
 
     assert asyncio.run(held_elsewhere()) is False
+    assert asyncio.run(take(1))
