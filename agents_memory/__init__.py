@@ -10,8 +10,9 @@ OpenAI's Conversations API.
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
-from agents_memory import migrations
+from agents_memory import _protocol, migrations
 from agents_memory._errors import (
     AgentsMemoryError,
     CorruptItemError,
@@ -22,8 +23,6 @@ from agents_memory._errors import (
     SessionNotStartedError,
     UnsupportedDatabaseError,
 )
-from agents_memory._openai_conversations import OpenAIConversationsSession
-from agents_memory._protocol import Session, SessionABC, SessionSettings, TResponseInputItem
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._session import SQLAlchemySession
 from agents_memory._sqlalchemy._stats import StoreStats
@@ -33,10 +32,38 @@ from agents_memory._tables import TableNames
 from agents_memory._urls import DEFAULT_URL, mask_url, normalize_url
 from agents_memory.models import get_models
 
+if TYPE_CHECKING:
+    from agents_memory._openai_conversations import OpenAIConversationsSession
+    from agents_memory._protocol import Session, SessionABC, SessionSettings, TResponseInputItem
+
+_protocol.register_with_sdk()  # the SDK may have been imported first
+
 try:
     __version__ = version("agents-memory")
 except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
     __version__ = "0.0.0"
+
+
+def __getattr__(name: str) -> Any:  # noqa: ANN401 - module attribute, by name
+    """Load on first use what would import the Agents SDK and ``openai`` (about 2 s).
+
+    ``Session``, ``SessionABC``, ``SessionSettings`` and ``TResponseInputItem`` are
+    the SDK's own; ``OpenAIConversationsSession`` needs ``openai``.
+    """
+    if name == "OpenAIConversationsSession":
+        from agents_memory._openai_conversations import (  # noqa: PLC0415
+            OpenAIConversationsSession,
+        )
+
+        value: Any = OpenAIConversationsSession
+    elif name in _protocol.SDK_NAMES:
+        value = _protocol.sdk_object(name)
+    else:
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_URL",

@@ -69,14 +69,18 @@ def _check_keys(item: dict[str, Any]) -> None:
             stack.extend((v, depth + 1) for v in value if not isinstance(v, _SCALARS))
 
 
-def encode_item(item: object, *, index: int = 0) -> str:
-    """Encode one item; raise ``TypeError``/``ValueError`` if it would not round-trip."""
+def encode_item(item: object, *, index: int = 0, ensure_ascii: bool = False) -> str:
+    """Encode one item; raise ``TypeError``/``ValueError`` if it would not round-trip.
+
+    ``ensure_ascii=True`` escapes every non-ASCII character in JSON, the Agents
+    SDK's ``SQLAlchemySession`` default; either form decodes to the same item.
+    """
     if not isinstance(item, dict):
         msg = f"item {index} must be a dict (a Responses-API input item), got {type(item).__name__}"
         raise TypeError(msg)
     _check_keys(item)
     try:
-        text = _encoder.encode(item)
+        text = (_ascii_encoder if ensure_ascii else _encoder).encode(item)
     except TypeError as exc:
         msg = f"item {index} is not JSON-serialisable: {exc}"
         raise TypeError(msg) from None
@@ -91,12 +95,12 @@ def encode_item(item: object, *, index: int = 0) -> str:
     return text
 
 
-def encode_items(items: Sequence[object]) -> list[str]:
+def encode_items(items: Sequence[object], *, ensure_ascii: bool = False) -> list[str]:
     """Encode a whole batch up front, so that one bad item rejects the batch before any write."""
     if isinstance(items, str | bytes | dict) or not isinstance(items, Sequence):
         msg = f"items must be a list of dicts, got {type(items).__name__}"
         raise TypeError(msg)
-    return [encode_item(item, index=i) for i, item in enumerate(items)]
+    return [encode_item(item, index=i, ensure_ascii=ensure_ascii) for i, item in enumerate(items)]
 
 
 def decode_row(data: object, *, row_id: object, on_corrupt: OnCorrupt) -> dict[str, Any] | None:

@@ -19,8 +19,9 @@ import asyncio
 import logging
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
+import agents.memory
 from openai import AsyncOpenAI, NotFoundError, Omit, omit
 from openai.types.conversations import ConversationItem
 
@@ -28,7 +29,10 @@ from agents_memory._closing import AsyncClosing
 from agents_memory._codec import encode_items
 from agents_memory._errors import SessionClosedError, SessionNotStartedError
 from agents_memory._ids import validate_session_id
-from agents_memory._protocol import SessionABC, SessionSettings, TResponseInputItem, resolve_limit
+from agents_memory._protocol import SessionBase, coerce_settings, register_with_sdk, resolve_limit
+
+if TYPE_CHECKING:
+    from agents_memory._protocol import SessionSettings, TResponseInputItem
 
 logger = logging.getLogger("agents_memory")
 
@@ -62,7 +66,7 @@ def _default_client() -> tuple[AsyncOpenAI, bool]:
     sdk = sys.modules.get("agents.models._openai_shared")
     getter = getattr(sdk, "get_default_openai_client", None)
     shared = getter() if callable(getter) else None
-    if isinstance(shared, AsyncOpenAI):
+    if shared is not None:
         return shared, False
     return AsyncOpenAI(), True
 
@@ -72,7 +76,7 @@ def _dump(item: ConversationItem) -> dict[str, Any]:
     return item.model_dump(mode="json", exclude_unset=True)
 
 
-class OpenAIConversationsSession(AsyncClosing, SessionABC):
+class OpenAIConversationsSession(AsyncClosing, SessionBase):
     """One conversation's history, stored by OpenAI in a Conversation.
 
     Pass ``conversation_id`` to continue an existing conversation; without it, one
@@ -90,14 +94,9 @@ class OpenAIConversationsSession(AsyncClosing, SessionABC):
         *,
         conversation_id: str | None = None,
         openai_client: AsyncOpenAI | None = None,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
-        if openai_client is not None and not isinstance(openai_client, AsyncOpenAI):
-            msg = (
-                "openai_client must be an openai.AsyncOpenAI (the async client), "
-                f"got {type(openai_client).__name__}"
-            )
-            raise TypeError(msg)
+        self.session_settings: SessionSettings | None = coerce_settings(session_settings)
         self._conversation_id = (
             None if conversation_id is None else validate_session_id(conversation_id)
         )
@@ -105,7 +104,6 @@ class OpenAIConversationsSession(AsyncClosing, SessionABC):
         if openai_client is None:
             openai_client, self._owns_client = _default_client()
         self._client: AsyncOpenAI = openai_client
-        self.session_settings: SessionSettings | None = session_settings or SessionSettings()
         self._lock = asyncio.Lock()
         self._closed = False
 
@@ -294,3 +292,12 @@ class OpenAIConversationsSession(AsyncClosing, SessionABC):
         self._closed = True
         if self._owns_client:
             await self._client.close()
+
+
+# The Runner treats a Conversations-backed session specially wherever it checks
+# ``isinstance(session, agents.OpenAIConversationsSession)``: model items are saved
+# without their ids, history is matched ignoring ids, the reasoning-id policy and
+# the clean-up of items the API refuses apply. Registering ours as a virtual
+# subclass gives it that treatment at every such place, present and future.
+agents.memory.OpenAIConversationsSession.register(OpenAIConversationsSession)
+register_with_sdk()

@@ -1,113 +1,153 @@
-"""The Session protocol, structurally identical to the OpenAI Agents SDK's.
+"""The Agents SDK's session types, as our classes use them, loaded only when needed.
 
-Kept free of any database import so that every backend (and every user's own
-implementation) can depend on it without pulling in SQLAlchemy.
+``Session``, ``SessionABC``, ``SessionSettings`` and ``TResponseInputItem`` are the
+SDK's own objects (``openai-agents`` is a dependency): one class means the SDK's
+settings coercion, ``RunConfig`` and its wrappers accept ours, and ``mypy`` sees the
+same types on both sides. Importing the SDK loads ``openai`` and much more (about
+2 s), so nothing here imports it at module level: our session classes run on
+:class:`SessionBase`, a private ABC with the same abstract methods that the type
+checker sees as the SDK's ``SessionABC``, and the SDK is imported the first time
+somebody passes settings or asks ``agents_memory`` for one of these names.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
-from openai.types.responses import ResponseInputItemParam
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+    from agents.memory import Session, SessionABC, SessionSettings
 
-TResponseInputItem: TypeAlias = ResponseInputItemParam
-"""One Responses-API input item: a plain JSON-serialisable dict."""
+    SessionBase = SessionABC
+else:
+
+    class SessionBase(ABC):
+        """Our sessions' runtime base: the SDK's ``SessionABC`` contract without importing it.
+
+        Subclasses are registered as virtual subclasses of the SDK's ``SessionABC``
+        once the SDK is loaded (:func:`register_with_sdk`), so ``isinstance`` agrees
+        with what the type checker was told.
+        """
+
+        session_id: str
+        session_settings: SessionSettings | None = None
+
+        @abstractmethod
+        async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+            """Return the latest ``limit`` items (all when ``None``), oldest first."""
+
+        @abstractmethod
+        async def add_items(self, items: list[TResponseInputItem]) -> None:
+            """Append ``items`` in order."""
+
+        @abstractmethod
+        async def pop_item(self) -> TResponseInputItem | None:
+            """Remove and return the newest item, or ``None`` when empty."""
+
+        @abstractmethod
+        async def clear_session(self) -> None:
+            """Remove the session and every item in it."""
 
 
-@dataclasses.dataclass(frozen=True)
-class SessionSettings:
-    """Per-session defaults that the Agents SDK's ``Runner`` reads.
+SDK_NAMES = ("Session", "SessionABC", "SessionSettings", "TResponseInputItem")
+"""The names ``agents_memory`` re-exports from the SDK."""
 
-    The ``Runner`` merges its own ``RunConfig.session_settings`` over ours with
-    :meth:`resolve`, so the method accepts the SDK's settings object or a dict as
-    well as ours.
+
+def sdk_object(name: str) -> Any:  # noqa: ANN401 - a class or a type alias, by name
+    """Import the SDK (once) and return one of :data:`SDK_NAMES`, registering our classes."""
+    import agents.items  # noqa: PLC0415 - the SDK loads openai: only on demand
+    import agents.memory  # noqa: PLC0415
+
+    register_with_sdk()
+    if name == "TResponseInputItem":
+        return agents.items.TResponseInputItem
+    return getattr(agents.memory, name)
+
+
+def register_with_sdk() -> None:
+    """Make ``isinstance(ours, agents.SessionABC)`` true, if the SDK is loaded.
+
+    Cheap and idempotent; called when we load the SDK ourselves and when
+    ``agents_memory`` is imported after it.
     """
+    memory = sys.modules.get("agents.memory")
+    if memory is None:
+        return
+    sdk_abc = memory.SessionABC
+    for cls in _subclasses(SessionBase):
+        if not issubclass(cls, sdk_abc):
+            sdk_abc.register(cls)
 
-    limit: int | None = None
-    """Items returned by ``get_items()`` when no explicit limit is given; ``None`` is all."""
 
-    def __post_init__(self) -> None:
-        if self.limit is not None and (
-            isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 0
-        ):
-            msg = f"SessionSettings.limit must be a non-negative int or None, got {self.limit!r}"
-            raise ValueError(msg)
+def _subclasses(cls: type) -> list[type]:
+    found: list[type] = []
+    subclasses: list[type] = cls.__subclasses__()
+    for sub in subclasses:
+        found.append(sub)
+        found.extend(_subclasses(sub))
+    return found
 
-    def resolve(self, override: object) -> SessionSettings:
-        """Overlay the non-``None`` values of ``override`` (settings, dict or None) on these."""
-        if override is None:
-            return self
-        if isinstance(override, Mapping):
-            limit = override.get("limit")
-        else:
-            limit = getattr(override, "limit", None)
-        if limit is None:
-            return self
-        return dataclasses.replace(self, limit=limit)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-dict form, as the SDK's settings offer it."""
-        return dataclasses.asdict(self)
+def coerce_settings(value: object) -> SessionSettings | None:
+    """Normalise ``session_settings`` as the SDK's session classes do.
+
+    ``None`` stays ``None`` (without loading the SDK); an SDK ``SessionSettings`` is
+    kept; a dict becomes one, and a key it does not know is a ``TypeError`` now
+    rather than an ``AttributeError`` at the first read.
+    """
+    if value is None:
+        return None
+    settings_cls: type[SessionSettings] = sdk_object("SessionSettings")
+    if isinstance(value, settings_cls):
+        return value
+    if not isinstance(value, dict):
+        msg = (
+            "session_settings must be an agents.SessionSettings instance or a dict, "
+            f"got {type(value).__name__}"
+        )
+        raise TypeError(msg)
+    known = {f.name for f in dataclasses.fields(settings_cls) if f.init}
+    unknown = sorted(str(key) for key in value if key not in known)
+    if unknown:
+        msg = f"Unknown session settings: {', '.join(unknown)}"
+        raise TypeError(msg)
+    return settings_cls(**value)
 
 
 def resolve_limit(explicit: int | None, settings: SessionSettings | None) -> int | None:
     """Apply the protocol's limit rule: an explicit limit wins over the settings."""
-    if explicit is not None:
-        if isinstance(explicit, bool) or not isinstance(explicit, int):
-            msg = f"limit must be an int or None, got {type(explicit).__name__}"
-            raise TypeError(msg)
-        if explicit < 0:
-            msg = f"limit must be >= 0, got {explicit}"
-            raise ValueError(msg)
-        return explicit
-    return settings.limit if settings is not None else None
+    limit = explicit if explicit is not None else getattr(settings, "limit", None)
+    if limit is None:
+        return None
+    what = "limit" if explicit is not None else "session_settings.limit"
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        msg = f"{what} must be an int or None, got {type(limit).__name__}"
+        raise TypeError(msg)
+    if limit < 0:
+        msg = f"{what} must be >= 0, got {limit}"
+        raise ValueError(msg)
+    return limit
 
 
-@runtime_checkable
-class Session(Protocol):
-    """What the Agents SDK's ``Runner`` needs from a conversation store."""
-
-    session_id: str
-    session_settings: SessionSettings | None
-
-    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """Return the latest ``limit`` items (all when ``None``), oldest first."""
-        ...
-
-    async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Append ``items`` in order."""
-        ...
-
-    async def pop_item(self) -> TResponseInputItem | None:
-        """Remove and return the newest item, or ``None`` when empty."""
-        ...
-
-    async def clear_session(self) -> None:
-        """Remove the session and every item in it."""
-        ...
+def __getattr__(name: str) -> Any:  # noqa: ANN401 - module attribute, by name
+    if name in SDK_NAMES:
+        return sdk_object(name)
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)
 
 
-class SessionABC(ABC):
-    """The same contract as :class:`Session`, as a base class to inherit from."""
-
-    session_id: str
-    session_settings: SessionSettings | None = None
-
-    @abstractmethod
-    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """Return the latest ``limit`` items (all when ``None``), oldest first."""
-
-    @abstractmethod
-    async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Append ``items`` in order."""
-
-    @abstractmethod
-    async def pop_item(self) -> TResponseInputItem | None:
-        """Remove and return the newest item, or ``None`` when empty."""
-
-    @abstractmethod
-    async def clear_session(self) -> None:
-        """Remove the session and every item in it."""
+__all__ = [
+    "SDK_NAMES",
+    "Session",
+    "SessionABC",
+    "SessionBase",
+    "SessionSettings",
+    "TResponseInputItem",
+    "coerce_settings",
+    "register_with_sdk",
+    "resolve_limit",
+    "sdk_object",
+]

@@ -29,15 +29,18 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from agents_memory import migrations
 from agents_memory._codec import decode_rows, encode_items
 from agents_memory._databases import sqlite as lite
 from agents_memory._errors import SessionClosedError
 from agents_memory._ids import validate_session_id
-from agents_memory._protocol import SessionABC, SessionSettings, TResponseInputItem, resolve_limit
+from agents_memory._protocol import SessionBase, coerce_settings, resolve_limit
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
+
+if TYPE_CHECKING:
+    from agents_memory._protocol import SessionSettings, TResponseInputItem
 
 T = TypeVar("T")
 
@@ -129,7 +132,7 @@ def _connect(path: str, names: TableNames, write_lock: threading.Lock) -> sqlite
     return conn
 
 
-class SQLiteSession(SessionABC):
+class SQLiteSession(SessionBase):
     """One conversation's history in a SQLite database, through the stdlib ``sqlite3`` module.
 
     In memory by default (the history lives as long as the session object); pass
@@ -137,6 +140,10 @@ class SQLiteSession(SessionABC):
     ``SQLAlchemySession`` and ``SessionStore`` can open as well. Call
     :meth:`close` (or use ``with`` / ``async with``) to release the connection
     and its worker thread; later calls raise :class:`SessionClosedError`.
+
+    Like the SDK's class, the constructor opens the database and creates the
+    tables (on the worker thread, waiting for it), so a file has its tables even
+    when the first write fails, and a bad path fails here rather than later.
     """
 
     def __init__(
@@ -145,11 +152,11 @@ class SQLiteSession(SessionABC):
         db_path: str | Path = MEMORY,
         sessions_table: str = DEFAULT_SESSIONS_TABLE,
         messages_table: str = DEFAULT_MESSAGES_TABLE,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
         names = TableNames(sessions_table, messages_table)
         self.session_id: str = validate_session_id(session_id)
-        self.session_settings: SessionSettings | None = session_settings or SessionSettings()
+        self.session_settings: SessionSettings | None = coerce_settings(session_settings)
         self.db_path: str | Path = db_path
         self.sessions_table: str = names.sessions
         self.messages_table: str = names.messages
@@ -163,6 +170,12 @@ class SQLiteSession(SessionABC):
         # One worker thread owns the connection: operations on this session queue on it.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agents_memory-sqlite")
         self._conn: sqlite3.Connection | None = None
+        try:
+            self._worker.submit(self._in_worker, lambda _conn: None).result()
+        except BaseException:
+            self._closed = True
+            self._worker.shutdown(wait=False)
+            raise
 
     @property
     def table_names(self) -> TableNames:
@@ -189,7 +202,7 @@ class SQLiteSession(SessionABC):
     def _in_worker(self, operation: Callable[[sqlite3.Connection], T]) -> T:
         conn = self._conn
         if conn is None:
-            # Opened lazily, here, so that neither the constructor nor the loop does file I/O.
+            # Opened on the thread that owns it; the constructor's first job does it.
             conn = self._conn = _connect(self._path, self._names, self._write_lock)
         return operation(conn)
 

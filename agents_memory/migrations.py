@@ -11,10 +11,8 @@ For an application with its own Alembic environment, call
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
-import weakref
 from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
@@ -24,6 +22,7 @@ from sqlalchemy.engine import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
+from agents_memory._locking import LoopSpanningLock
 from agents_memory._migrations._runner import migration_opts, run_lineage
 from agents_memory._migrations._scripts import head_revision, script_directory
 from agents_memory._sqlalchemy._engine import create_engine
@@ -99,22 +98,13 @@ async def _engine_for(url_or_engine: str | URL | AsyncEngine) -> AsyncIterator[A
         await engine.dispose()
 
 
-_command_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
-    weakref.WeakKeyDictionary()
-)
+_command_lock = LoopSpanningLock()
+"""Alembic commands run through module-global proxies (``alembic.op``/``context``).
 
-
-def _command_lock() -> asyncio.Lock:
-    """Alembic commands run through module-global proxies (``alembic.op``/``context``).
-
-    Two commands interleaved on one event loop would clobber each other's proxy,
-    so commands in one loop take turns (they are rare and short).
-    """
-    loop = asyncio.get_running_loop()
-    lock = _command_locks.get(loop)
-    if lock is None:
-        lock = _command_locks[loop] = asyncio.Lock()
-    return lock
+Two commands interleaved would clobber each other's proxy, so every command in
+the process takes turns (they are rare and short) — also across event loops and
+threads, which is why this is not an ``asyncio.Lock``.
+"""
 
 
 async def _on_connection(
@@ -130,7 +120,7 @@ async def _on_connection(
 async def _run_locked(
     url_or_engine: str | URL | AsyncEngine, fn: Callable[[Connection], None]
 ) -> None:
-    async with _command_lock():
+    async with _command_lock.hold():
         await _on_connection(url_or_engine, fn, commit=True)
 
 

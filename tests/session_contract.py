@@ -8,9 +8,14 @@ and can look at (and tamper with) the stored rows behind the session's back.
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 from typing import Any, Protocol
 
+import agents
 import pytest
+from agents.extensions.memory import EncryptedSession
+from agents.memory import OpenAIResponsesCompactionSession
+from agents.testing import ScriptedModel, assistant_message
 
 from agents_memory import Session, SessionSettings
 
@@ -23,7 +28,7 @@ class Harness(Protocol):
     """What the contract needs from an implementation's test setup."""
 
     def session(
-        self, session_id: str, *, session_settings: SessionSettings | None = None
+        self, session_id: str, *, session_settings: SessionSettings | dict[str, Any] | None = None
     ) -> Session:
         """A session on the database under test; sessions made with one id share their items."""
         ...
@@ -208,3 +213,86 @@ class SessionContract:
         assert "not valid JSON" in caplog.text
         assert await s.pop_item() == msg(2)
         assert await s.get_items() == [msg(0), msg(1)]
+
+    # -- the Agents SDK's own types, wrappers and Runner over this session ---------------------
+
+    async def test_settings_are_the_sdks_and_dicts_are_coerced(self, harness: Harness) -> None:
+        """A dict becomes the SDK's SessionSettings (as the SDK's classes do) and applies."""
+        assert SessionSettings is agents.SessionSettings
+        s = harness.session("conv", session_settings={"limit": 2})
+        assert type(s.session_settings) is agents.SessionSettings
+        assert s.session_settings == agents.SessionSettings(limit=2)
+        await s.add_items([msg(i) for i in range(4)])
+        assert await s.get_items() == [msg(2), msg(3)]
+
+    @pytest.mark.parametrize(
+        ("settings", "match"),
+        [
+            ({"limitt": 1}, "Unknown session settings: limitt"),
+            (SimpleNamespace(limit=1), "SessionSettings instance or a dict"),
+        ],
+    )
+    async def test_bad_settings_are_a_type_error_up_front(
+        self, harness: Harness, settings: Any, match: str
+    ) -> None:
+        """An unknown key or a foreign settings object is refused when the session is made."""
+        with pytest.raises(TypeError, match=match):
+            harness.session("conv", session_settings=settings)
+
+    async def test_sdk_encrypted_session_wraps_it(self, harness: Harness) -> None:
+        """agents.extensions.memory.EncryptedSession stores ciphertext here and reads it back."""
+        key = "a-high-entropy-test-key-0123456789abcdef"
+        inner = harness.session("enc")
+        wrapped = EncryptedSession(session_id="enc", underlying_session=inner, encryption_key=key)
+        await wrapped.add_items([msg(0), msg(1), msg(2)])
+        assert await wrapped.get_items() == [msg(0), msg(1), msg(2)]
+        assert await wrapped.get_items(limit=1) == [msg(2)]
+        stored = await harness.session("enc").get_items()
+        assert len(stored) == 3
+        assert all(item.get("__enc__") == 1 and "payload" in item for item in stored)
+        assert "message 0" not in str(stored)
+        assert await wrapped.pop_item() == msg(2)
+        again = EncryptedSession(
+            session_id="enc", underlying_session=harness.session("enc"), encryption_key=key
+        )
+        assert await again.get_items() == [msg(0), msg(1)]
+        await again.clear_session()
+        assert not await harness.exists("enc")
+
+    async def test_sdk_compaction_session_wraps_it(self, harness: Harness) -> None:
+        """OpenAIResponsesCompactionSession replaces the stored history with the compacted one."""
+        sent: list[dict[str, Any]] = []
+        summary = {"type": "message", "role": "assistant", "content": "summary of 0-3"}
+
+        async def compact(**kwargs: Any) -> Any:
+            sent.append(kwargs)
+            return SimpleNamespace(output=[summary], usage=None)
+
+        client = SimpleNamespace(responses=SimpleNamespace(compact=compact))
+        session = OpenAIResponsesCompactionSession(
+            "cmp", harness.session("cmp"), client=client, compaction_mode="input"
+        )
+        await session.add_items([msg(i) for i in range(4)])
+        await session.run_compaction({"force": True})
+        assert [i["content"] for i in sent[0]["input"]] == [f"message {i}" for i in range(4)]
+        assert await harness.session("cmp").get_items() == [summary]
+
+    async def test_runner_honours_run_config_settings(self, harness: Harness) -> None:
+        """RunConfig(session_settings=SessionSettings(limit=2)) limits the history sent."""
+        s = harness.session("run")
+        await s.add_items([msg(i) for i in range(4)])
+        model = ScriptedModel([[assistant_message("ok")]])
+        agent = agents.Agent(name="a", model=model)
+        config = agents.RunConfig(
+            session_settings=agents.SessionSettings(limit=2), tracing_disabled=True
+        )
+        result = await agents.Runner.run(agent, "new", session=s, run_config=config)
+        assert result.final_output == "ok"
+        sent = str(model.calls[0].input)
+        assert "message 2" in sent
+        assert "message 3" in sent
+        assert "message 1" not in sent
+        assert "new" in sent
+        stored = await harness.session("run").get_items()
+        assert len(stored) == 6
+        assert stored[:4] == [msg(i) for i in range(4)]

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import agents
 import pytest
+from agents import testing
 
 from agents_memory import SessionStore
-
-agents = pytest.importorskip("agents", reason="openai-agents is not installed")
-testing = pytest.importorskip("agents.testing", reason="this openai-agents has no agents.testing")
 
 pytestmark = pytest.mark.integration
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,31 @@ async def test_password_never_shown() -> None:
         assert "s3cr3t-pw" not in text
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "driver", "extra"),
+    [("postgresql://u@h/db", "asyncpg", "postgres"), ("mysql://u@h/db", "asyncmy", "mysql")],
+)
+def test_a_missing_driver_names_its_extra(url: str, driver: str, extra: str) -> None:
+    """Without the server driver installed, the URL's error says which extra to install.
+
+    Run in a fresh interpreter where the driver cannot be imported; SQLite still works there.
+    """
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules[{driver!r}] = None  # as if it were not installed
+        from agents_memory import create_engine
+        create_engine("sqlite://")
+        try:
+            create_engine({url!r})
+        except ModuleNotFoundError as exc:
+            print(exc.name, "|", exc)
+        """
+    )
+    out = subprocess.run(  # noqa: S603 - a fixed interpreter and script
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    assert out.startswith(f"{driver} |"), out
+    assert f"pip install 'agents-memory[{extra}]'" in out

@@ -7,8 +7,10 @@ import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import agents
 import openai
 import pytest
+from agents import testing
 from fake_conversations_server import FakeConversationsServer
 from openai import AsyncOpenAI
 
@@ -508,11 +510,11 @@ async def test_close_leaves_a_passed_client_open(
     [
         ({"conversation_id": ""}, ValueError),
         ({"conversation_id": 3}, TypeError),
-        ({"openai_client": object()}, TypeError),
+        ({"session_settings": {"limitt": 1}}, TypeError),
     ],
 )
 def test_bad_arguments(kwargs: dict[str, Any], error: type[Exception]) -> None:
-    """An empty or non-string conversation id, or a non-async client, is refused up front."""
+    """An empty or non-string conversation id, or an unknown setting, is refused up front."""
     with pytest.raises(error):
         OpenAIConversationsSession(**kwargs)
 
@@ -522,8 +524,6 @@ async def test_runner_keeps_history_in_the_conversation(
     session: OpenAIConversationsSession, server: FakeConversationsServer
 ) -> None:
     """The Agents SDK's Runner, with a scripted model, keeps two turns in the conversation."""
-    agents = pytest.importorskip("agents")
-    testing = pytest.importorskip("agents.testing")
     model = testing.ScriptedModel(
         [
             [testing.assistant_message("Paris.", item_id="msg_a1")],
@@ -539,3 +539,80 @@ async def test_runner_keeps_history_in_the_conversation(
     stored = server.items(session.session_id)
     assert [i["role"] for i in stored] == ["user", "assistant", "user", "assistant"]
     assert len(server.requests_matching("POST", "/conversations")) == 1
+
+
+class ClientProxy:
+    """A wrapper of the client (as observability tools make): not an ``AsyncOpenAI``."""
+
+    def __init__(self, inner: AsyncOpenAI) -> None:
+        self._inner = inner
+        self.attributes_read: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        self.attributes_read.append(name)
+        return getattr(self._inner, name)
+
+
+async def test_any_client_with_the_methods_is_accepted(
+    client: AsyncOpenAI, server: FakeConversationsServer
+) -> None:
+    """A proxy of the client is used as the SDK would use it, for every operation."""
+    proxy = ClientProxy(client)
+    session = OpenAIConversationsSession(openai_client=proxy, session_settings={"limit": 1})  # type: ignore[arg-type]
+    assert session.openai_client is proxy
+    assert type(session.session_settings) is agents.SessionSettings
+    await session.add_items([msg(1), msg(2)])
+    assert without_ids(await session.get_items()) == [msg(2)]
+    assert without_ids(server.items(session.session_id)) == [msg(1), msg(2)]
+    assert without_ids([await session.pop_item()]) == [msg(2)]
+    await session.clear_session()
+    assert "conversations" in proxy.attributes_read
+
+
+def _bodies(server: FakeConversationsServer) -> list[tuple[str, Any]]:
+    """What each write request sent, with the conversation ids taken out."""
+    return [
+        (r.path.split("/")[-1] if r.path.endswith("items") else r.path, r.body)
+        for r in server.requests
+        if r.method == "POST"
+    ]
+
+
+@pytest.mark.integration
+async def test_runner_treats_it_as_its_own_conversations_session(client: AsyncOpenAI) -> None:
+    """The Runner sends exactly what it sends for the SDK's class: model items without ids.
+
+    The Runner recognises a Conversations-backed session with ``isinstance``; ours is
+    registered as a virtual subclass of the SDK's class, so every such check applies.
+    """
+    assert isinstance(
+        OpenAIConversationsSession(openai_client=client), agents.OpenAIConversationsSession
+    )
+    sent: dict[str, list[tuple[str, Any]]] = {}
+    for name, cls in (
+        ("sdk", agents.OpenAIConversationsSession),
+        ("ours", OpenAIConversationsSession),
+    ):
+        server = FakeConversationsServer()
+        server.start()
+        try:
+            async with AsyncOpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0) as c:
+                session = cls(openai_client=c)
+                model = testing.ScriptedModel(
+                    [
+                        [testing.assistant_message("Paris.", item_id="msg_model_1")],
+                        [testing.assistant_message("Lots.", item_id="msg_model_2")],
+                    ]
+                )
+                agent = agents.Agent(name="geo", model=model)
+                config = agents.RunConfig(tracing_disabled=True)
+                await agents.Runner.run(agent, "Capital?", session=session, run_config=config)
+                await agents.Runner.run(agent, "People?", session=session, run_config=config)
+                assert "Paris." in str(model.calls[1].input)
+                sent[name] = _bodies(server)
+                stored = server.items(session.session_id)
+        finally:
+            server.stop()
+        assert "msg_model_1" not in str(sent[name])
+        assert [i["id"] for i in stored if i.get("id", "").startswith("msg_model")] == []
+    assert sent["ours"] == sent["sdk"]

@@ -17,7 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import agents
+import agents.memory as sdk_memory
 import pytest
+from agents import testing
 from session_contract import SessionContract, msg
 
 from agents_memory import (
@@ -273,7 +276,6 @@ async def test_sqlite_reads_what_sqlalchemy_wrote(tmp_path: Path, names: TableNa
 
 async def test_agents_sdk_sqlite_files_are_shared(tmp_path: Path) -> None:
     """A file written by the Agents SDK's own SQLiteSession is read by ours, and the reverse."""
-    sdk_memory = pytest.importorskip("agents.memory")
     path = tmp_path / "sdk.db"
     sdk = sdk_memory.SQLiteSession("conv", path)
     try:
@@ -535,8 +537,6 @@ def test_sessions_on_one_file_share_one_write_queue(tmp_path: Path) -> None:
 @pytest.mark.integration
 async def test_runner_keeps_history_in_the_file(db: Path) -> None:
     """The Agents SDK's Runner, with a scripted model, keeps two turns in a SQLiteSession."""
-    agents = pytest.importorskip("agents")
-    testing = pytest.importorskip("agents.testing")
     model = testing.ScriptedModel(
         [[testing.assistant_message("Paris.")], [testing.assistant_message("About 2.1 million.")]]
     )
@@ -566,3 +566,24 @@ async def test_invalid_utf8_row_is_a_corrupt_row(db: Path) -> None:
         assert await s.get_items() == [msg(0)]
         assert await s.pop_item() == msg(0)  # the corrupt newest row is removed on the way
         assert await s.get_items() == []
+
+
+def _tables(path: Path) -> list[str]:
+    return [r[0] for r in query(path, "SELECT name FROM sqlite_master WHERE type = 'table'")]
+
+
+async def test_constructor_creates_the_tables(db: Path) -> None:
+    """As in the SDK, the constructor creates the tables: a failed first write leaves them."""
+    with SQLiteSession("s", db) as s:
+        assert {"agent_sessions", "agent_messages"} <= set(_tables(db))
+        with pytest.raises(TypeError):
+            await s.add_items([object()])  # type: ignore[list-item]
+    assert {"agent_sessions", "agent_messages"} <= set(_tables(db))
+    assert query(db, "SELECT count(*) FROM agent_messages") == [(0,)]
+
+
+def test_constructor_fails_on_a_file_that_is_not_a_database(db: Path) -> None:
+    """A path that holds something else fails in the constructor, not at the first call."""
+    db.write_bytes(b"not a database, just bytes " * 100)
+    with pytest.raises(sqlite3.DatabaseError):
+        SQLiteSession("s", db)

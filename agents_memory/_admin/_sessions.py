@@ -5,13 +5,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING
 
 from agents_memory._admin._errors import NotFoundError
 from agents_memory._admin._target import Target, open_store
-from agents_memory._protocol import TResponseInputItem
 from agents_memory._sqlalchemy._metadata import FilterValue
 from agents_memory._sqlalchemy._stats import StoreStats
 from agents_memory._sqlalchemy._store import SessionInfo, SessionPage, SessionStore
+
+if TYPE_CHECKING:
+    from agents_memory._protocol import TResponseInputItem
 
 
 async def list_sessions(

@@ -78,8 +78,7 @@ async def _through_runner(session: SQLAlchemySession) -> bool:
     )
     config = RunConfig(tracing_disabled=True)  # a demo sends nothing anywhere
     for question in QUESTIONS:
-        # The SDK types session_settings with its own class; ours is structurally the same.
-        await Runner.run(agent, question, session=session, run_config=config)  # type: ignore[arg-type]
+        await Runner.run(agent, question, session=session, run_config=config)
     return True
 
 

@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import functools
+import importlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -562,12 +563,33 @@ class Database:
         return None
 
 
-def database_for(dialect_name: str) -> type[Database]:
-    """The module for a SQLAlchemy dialect name (importing the three modules registers them)."""
-    from agents_memory._databases import mysql, postgres, sqlite  # noqa: F401, PLC0415
+_MODULES = {"sqlite": "sqlite", "postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql"}
+"""Which module serves a SQLAlchemy dialect: only that one is imported (and its driver)."""
 
-    try:
-        return Database._registry[dialect_name]  # noqa: SLF001 - the registry's own module
-    except KeyError:
+_EXTRAS = {"asyncpg": "postgres", "asyncmy": "mysql"}
+"""The package extra that installs each optional driver."""
+
+
+def database_for(dialect_name: str) -> type[Database]:
+    """The module for a SQLAlchemy dialect name, imported on first use (which registers it).
+
+    Only the module asked for is imported, so SQLite never needs the server drivers;
+    a server driver that is not installed is a ``ModuleNotFoundError`` naming the
+    extra that installs it.
+    """
+    module = _MODULES.get(dialect_name)
+    if module is None:
         msg = f"no database module for SQLAlchemy dialect {dialect_name!r}"
-        raise LookupError(msg) from None
+        raise LookupError(msg)
+    try:
+        importlib.import_module(f"agents_memory._databases.{module}")
+    except ModuleNotFoundError as exc:
+        extra = _EXTRAS.get((exc.name or "").partition(".")[0])
+        if extra is None:
+            raise
+        msg = (
+            f"{dialect_name} URLs need the {exc.name} driver, which is not installed: "
+            f"pip install 'agents-memory[{extra}]'"
+        )
+        raise ModuleNotFoundError(msg, name=exc.name) from exc
+    return Database._registry[dialect_name]  # noqa: SLF001 - the registry's own module

@@ -19,7 +19,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import QueuePool
 
 from agents_memory._databases import Database, database_for
-from agents_memory._databases.postgres import Postgres
 from agents_memory._urls import normalize_url
 
 DEFAULT_POOL_SIZE = 10
@@ -100,7 +99,7 @@ def create_engine(url: str | URL, **engine_kwargs: Any) -> AsyncEngine:  # noqa:
     overflow, most recently used first. Anything passed explicitly wins.
     """
     normalized = normalize_url(url)
-    db = database_for(normalized.get_dialect().name)
+    db = database_for(normalized.get_dialect().name)  # names the extra if a driver is missing
     db.engine_defaults(normalized, engine_kwargs)
     if "poolclass" not in engine_kwargs and _queue_pool_by_default(normalized):
         engine_kwargs.setdefault("pool_size", DEFAULT_POOL_SIZE)
@@ -110,7 +109,9 @@ def create_engine(url: str | URL, **engine_kwargs: Any) -> AsyncEngine:  # noqa:
         engine_kwargs.setdefault("pool_use_lifo", True)
     cache_off = (engine_kwargs.get("connect_args") or {}).get("statement_cache_size") == 0
     engine = create_async_engine(normalized, **engine_kwargs)
-    if db is Postgres and cache_off:
-        Postgres.mark_cache_off(engine.sync_engine)
+    # Only the Postgres module has a statement cache to mark (imported only for Postgres).
+    mark_cache_off = getattr(db, "mark_cache_off", None)
+    if cache_off and mark_cache_off is not None:
+        mark_cache_off(engine.sync_engine)
     engine_state(engine)
     return engine

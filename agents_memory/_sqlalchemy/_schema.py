@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import threading
 import weakref
 from collections.abc import Iterator
 
@@ -16,6 +16,7 @@ from agents_memory import migrations
 from agents_memory._codec import logger
 from agents_memory._databases import database_for
 from agents_memory._errors import SchemaNotReadyError
+from agents_memory._locking import LoopSpanningLock
 from agents_memory._tables import TableNames
 from agents_memory._urls import mask_url
 
@@ -52,7 +53,9 @@ def schema_errors(engine: AsyncEngine, names: TableNames) -> Iterator[None]:
 
 
 _ready: weakref.WeakKeyDictionary[Engine, set[TableNames]] = weakref.WeakKeyDictionary()
-_locks: weakref.WeakKeyDictionary[Engine, asyncio.Lock] = weakref.WeakKeyDictionary()
+_locks: weakref.WeakKeyDictionary[Engine, LoopSpanningLock] = weakref.WeakKeyDictionary()
+"""One schema check at a time per engine, whatever loop or thread runs it."""
+_locks_guard = threading.Lock()
 
 
 def _not_ready(engine: AsyncEngine, names: TableNames, at: str | None, head: str) -> str:
@@ -81,8 +84,9 @@ async def ensure_schema(engine: AsyncEngine, names: TableNames, *, create: bool)
     sync_engine = engine.sync_engine
     if names in _ready.get(sync_engine, ()):
         return
-    lock = _locks.setdefault(sync_engine, asyncio.Lock())
-    async with lock:
+    with _locks_guard:
+        lock = _locks.setdefault(sync_engine, LoopSpanningLock())
+    async with lock.hold():
         if names in _ready.get(sync_engine, ()):
             return
         head = migrations.head()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -12,15 +12,18 @@ from agents_memory._closing import AsyncClosing
 from agents_memory._codec import OnCorrupt, encode_items
 from agents_memory._errors import SessionClosedError
 from agents_memory._ids import validate_session_id
-from agents_memory._protocol import SessionABC, SessionSettings, TResponseInputItem, resolve_limit
+from agents_memory._protocol import SessionBase, coerce_settings, resolve_limit
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._metadata import get_metadata_statement, validate_metadata
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 from agents_memory._urls import mask_url
 
+if TYPE_CHECKING:
+    from agents_memory._protocol import SessionSettings, TResponseInputItem
 
-class SQLAlchemySession(AsyncClosing, SessionABC):
+
+class SQLAlchemySession(AsyncClosing, SessionBase):
     """One conversation's history in SQLite, Postgres or MySQL, through an async SQLAlchemy engine.
 
     Pass ``engine=`` to share your application's engine (the session never closes
@@ -37,12 +40,14 @@ class SQLAlchemySession(AsyncClosing, SessionABC):
         create_tables: bool = False,
         sessions_table: str = DEFAULT_SESSIONS_TABLE,
         messages_table: str = DEFAULT_MESSAGES_TABLE,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        ensure_ascii: bool = False,
         on_corrupt: OnCorrupt = "skip",
     ) -> None:
         names = TableNames(sessions_table, messages_table)
+        settings = coerce_settings(session_settings)
         backend = Backend(engine, names, create_tables=create_tables, on_corrupt=on_corrupt)
-        self._init(session_id, backend, session_settings, owns_backend=True)
+        self._init(session_id, backend, settings, owns_backend=True, ensure_ascii=ensure_ascii)
 
     def _init(
         self,
@@ -51,9 +56,11 @@ class SQLAlchemySession(AsyncClosing, SessionABC):
         session_settings: SessionSettings | None,
         *,
         owns_backend: bool,
+        ensure_ascii: bool,
     ) -> None:
         self.session_id: str = validate_session_id(session_id)
-        self.session_settings: SessionSettings | None = session_settings or SessionSettings()
+        self.session_settings: SessionSettings | None = session_settings
+        self._ensure_ascii = ensure_ascii
         self._backend = backend
         self._owns_backend = owns_backend
         self._closed = False
@@ -66,11 +73,18 @@ class SQLAlchemySession(AsyncClosing, SessionABC):
 
     @classmethod
     def _from_backend(
-        cls, session_id: str, backend: Backend, session_settings: SessionSettings | None
+        cls,
+        session_id: str,
+        backend: Backend,
+        session_settings: SessionSettings | None,
+        *,
+        ensure_ascii: bool,
     ) -> Self:
         """Make a session over an existing backend (the store's), skipping engine setup."""
         self = cls.__new__(cls)
-        self._init(session_id, backend, session_settings, owns_backend=False)
+        self._init(
+            session_id, backend, session_settings, owns_backend=False, ensure_ascii=ensure_ascii
+        )
         return self
 
     @classmethod
@@ -132,7 +146,7 @@ class SQLAlchemySession(AsyncClosing, SessionABC):
         Every item is validated and encoded first; one that is not a
         JSON-serialisable dict raises ``TypeError`` before anything is written.
         """
-        data = encode_items(items)
+        data = encode_items(items, ensure_ascii=self._ensure_ascii)
         await self._live().add(self.session_id, data)
 
     async def pop_item(self) -> TResponseInputItem | None:

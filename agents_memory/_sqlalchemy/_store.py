@@ -11,7 +11,7 @@ import dataclasses
 import datetime as dt
 import json
 from collections.abc import Mapping
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from sqlalchemy import Select, bindparam, func, select, tuple_
 from sqlalchemy.engine import URL
@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agents_memory._closing import AsyncClosing
 from agents_memory._codec import OnCorrupt
 from agents_memory._ids import validate_session_id
-from agents_memory._protocol import SessionSettings
+from agents_memory._protocol import coerce_settings
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._metadata import FilterValue, metadata_filter
@@ -28,6 +28,9 @@ from agents_memory._sqlalchemy._session import SQLAlchemySession
 from agents_memory._sqlalchemy._stats import StoreStats, store_stats
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 from agents_memory._urls import DEFAULT_URL, mask_url
+
+if TYPE_CHECKING:
+    from agents_memory._protocol import SessionSettings
 
 MAX_PAGE_SIZE = 1000
 
@@ -76,12 +79,14 @@ class SessionStore(AsyncClosing):
         sessions_table: str = DEFAULT_SESSIONS_TABLE,
         messages_table: str = DEFAULT_MESSAGES_TABLE,
         create_tables: bool = False,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
         on_corrupt: OnCorrupt = "skip",
+        ensure_ascii: bool = False,
     ) -> None:
         names = TableNames(sessions_table, messages_table)
         self._backend = Backend(engine, names, create_tables=create_tables, on_corrupt=on_corrupt)
-        self.session_settings = session_settings
+        self.session_settings: SessionSettings | None = coerce_settings(session_settings)
+        self.ensure_ascii = ensure_ascii
 
     @classmethod
     def from_url(
@@ -114,11 +119,22 @@ class SessionStore(AsyncClosing):
         )
 
     def session(
-        self, session_id: str, *, session_settings: SessionSettings | None = None
+        self,
+        session_id: str,
+        *,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> SQLAlchemySession:
-        """A session over this store's pool; cheap, so make one per conversation or request."""
+        """A session over this store's pool; cheap, so make one per conversation or request.
+
+        Without ``session_settings`` it gets the store's (shared, as the SDK shares one
+        ``SessionSettings`` object it is given).
+        """
+        settings = coerce_settings(session_settings)
         return SQLAlchemySession._from_backend(  # noqa: SLF001
-            session_id, self._backend, session_settings or self.session_settings
+            session_id,
+            self._backend,
+            settings if settings is not None else self.session_settings,
+            ensure_ascii=self.ensure_ascii,
         )
 
     def _listing(self) -> Select[Any]:

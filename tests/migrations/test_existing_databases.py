@@ -6,7 +6,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import agents
 import pytest
+from agents.extensions import memory
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -92,7 +94,6 @@ async def test_seed_sqlite_database_is_read_then_upgraded(
 
 async def test_agents_sdk_sqlite_session_database(tmp_path: Path, names: TableNames) -> None:
     """A file written by the Agents SDK's stdlib SQLiteSession upgrades in place."""
-    agents = pytest.importorskip("agents")
     path = tmp_path / "sdk.db"
     for sid in ("s1", "s2"):
         sdk = agents.SQLiteSession(
@@ -113,7 +114,6 @@ async def test_agents_sdk_sqlalchemy_session_database(
     """Tables made by the Agents SDK's SQLAlchemySession (index on created_at) upgrade in place."""
     if file_backend.kind == "mysql":
         pytest.skip("the Agents SDK's SQLAlchemySession cannot create tables on MySQL/MariaDB")
-    memory = pytest.importorskip("agents.extensions.memory")
     for sid in ("s1", "s2"):
         sdk = memory.SQLAlchemySession(sid, engine=engine, create_tables=True, **kw(names))
         await sdk.add_items(ITEMS)
@@ -148,7 +148,6 @@ async def test_unmigrated_seed_and_sdk_tables_are_read_as_they_are(
     """Without migrating, our session reads and writes tables the Agents SDK created."""
     if file_backend.kind == "mysql":
         pytest.skip("the Agents SDK's SQLAlchemySession cannot create tables on MySQL/MariaDB")
-    memory = pytest.importorskip("agents.extensions.memory")
     sdk = memory.SQLAlchemySession("s1", engine=engine, create_tables=True, **kw(names))
     await sdk.add_items(ITEMS)
     store = SessionStore(engine, **kw(names))

@@ -191,3 +191,52 @@ async def test_item_past_mysql_packet_limit_is_a_clear_error(
     assert await s.get_items() == [msg(0)]
     await s.add_items([{"content": "😀" * (limit // 16)}])  # large, but fits
     assert len(await s.get_items()) == 2
+
+
+async def _stored_text(engine: Any, names: TableNames, session_id: str) -> list[str]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(f"SELECT message_data FROM {names.messages} WHERE session_id = :s ORDER BY id"),
+            {"s": session_id},
+        )
+        return [row[0] for row in rows]
+
+
+async def test_ensure_ascii_means_what_it_means_in_the_sdk(engine: Any, names: TableNames) -> None:
+    """ensure_ascii=True stores non-ASCII text escaped (the SDK's default); False stores it as is.
+
+    Either way the item reads back the same; a store passes its choice to its sessions.
+    """
+    item = {"role": "user", "content": "Café ☔ 中文"}
+    kw = {"sessions_table": names.sessions, "messages_table": names.messages}
+    escaped = SQLAlchemySession("esc", engine=engine, create_tables=True, ensure_ascii=True, **kw)
+    plain = SQLAlchemySession("plain", engine=engine, create_tables=True, **kw)
+    await escaped.add_items([item])
+    await plain.add_items([item])
+    assert await escaped.get_items() == [item]
+    assert await plain.get_items() == [item]
+    assert await _stored_text(engine, names, "esc") == [
+        '{"role":"user","content":"Caf\\u00e9 \\u2614 \\u4e2d\\u6587"}'
+    ]
+    assert await _stored_text(engine, names, "plain") == [
+        '{"role":"user","content":"Café ☔ 中文"}'
+    ]
+    store = SessionStore(engine, ensure_ascii=True, **kw)
+    await store.session("store").add_items([item])
+    assert "\\u00e9" in (await _stored_text(engine, names, "store"))[0]
+
+
+async def test_settings_given_to_the_store_are_coerced(engine: Any, names: TableNames) -> None:
+    """SessionStore(session_settings={...}) holds the SDK's settings and its sessions share them."""
+    kw = {"sessions_table": names.sessions, "messages_table": names.messages}
+    store = SessionStore(engine, create_tables=True, session_settings={"limit": 1}, **kw)
+    assert store.session_settings == SessionSettings(limit=1)
+    s = store.session("s")
+    assert s.session_settings is store.session_settings
+    await s.add_items([msg(0), msg(1)])
+    assert await s.get_items() == [msg(1)]
+    assert store.session("s", session_settings={"limit": 2}).session_settings == SessionSettings(
+        limit=2
+    )
+    with pytest.raises(TypeError, match="Unknown session settings: limitt"):
+        SessionStore(engine, session_settings={"limitt": 1}, **kw)
