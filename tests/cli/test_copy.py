@@ -123,3 +123,32 @@ async def test_copy_masks_passwords(cli, store, password: str) -> None:
     result = await cli("copy", "--to", url, code=1)
     assert password not in result.output
     assert quote_plus(password) not in result.output
+
+
+async def test_overlapping_copies_never_duplicate(cli, sqlite_source: str) -> None:
+    """Two `copy` processes into one target at once: each ends cleanly, nothing is duplicated."""
+    source = sqlite_source
+    args = ["--sessions-table", cli.names.sessions, "--messages-table", cli.names.messages]
+    await cli("db", "upgrade")  # both runs start on a migrated target
+    procs = [
+        await asyncio.create_subprocess_exec(
+            BIN,
+            *args,
+            *["copy", "--from", source, "--to", cli.url, "--batch", "20"],
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
+    outputs = [await asyncio.wait_for(p.communicate(), timeout=240) for p in procs]
+    for proc, (_out, errors) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0 or (
+            proc.returncode == 1 and b"another copy or import is writing" in errors
+        ), errors.decode()
+    engine = create_engine(cli.url)
+    try:
+        assert await count_items(engine, cli.names) <= SESSIONS * ITEMS
+    finally:
+        await engine.dispose()
+    await cli("copy", "--from", source, "--to", cli.url)  # finishes whatever stopped
+    assert await snapshot(cli.url, cli.names) == await snapshot(source, cli.names)
