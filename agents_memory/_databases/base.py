@@ -486,6 +486,19 @@ class Database:
         raise NotImplementedError
 
     @classmethod
+    async def check_item_sizes(
+        cls,
+        conn: AsyncConnection,  # noqa: ARG003
+        statements: Statements,  # noqa: ARG003
+        data: Sequence[str],  # noqa: ARG003
+    ) -> None:
+        """Refuse encoded items the server could not take in one statement (none, by default).
+
+        The bulk path (copy, import) calls it before writing a batch, as ``add`` does.
+        """
+        return
+
+    @classmethod
     def rebuild_guard(cls, connection: Connection) -> contextlib.AbstractContextManager[None]:  # noqa: ARG003
         """What must hold around a migration that may rebuild tables (nothing, by default)."""
         return contextlib.nullcontext()

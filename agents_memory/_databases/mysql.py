@@ -46,7 +46,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import URL, Connection, Dialect, Engine
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agents_memory._codec import OnCorrupt, decode_row
 from agents_memory._databases import pool as driver_pool
@@ -361,6 +361,20 @@ class MySQL(Database):
 
     name: ClassVar[str] = "mysql"
     dialect_names: ClassVar[tuple[str, ...]] = ("mysql", "mariadb")
+
+    @classmethod
+    async def check_item_sizes(
+        cls, conn: AsyncConnection, statements: Statements, data: Sequence[str]
+    ) -> None:
+        """The ``ValueError`` naming ``max_allowed_packet`` that ``add_items`` gives.
+
+        Without it, an oversized item in a copy or import is sent anyway and the
+        server drops the connection ("lost the connection (2006)").
+        """
+        if statements.limits is None or not data:
+            return
+        limit = (await conn.execute(statements.limits)).scalar_one()
+        check_packet_size(data, int(limit))
 
     @classmethod
     def engine_defaults(cls, url: URL, kwargs: dict[str, Any]) -> None:  # noqa: ARG003

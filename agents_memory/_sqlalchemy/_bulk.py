@@ -293,6 +293,7 @@ class Bulk:
             await conn.run_sync(lambda sync: held.enter_context(table_set_lock(sync, names)))
             failed = True
             try:
+                await self._check_sizes(conn, messages)
                 await self._check_expected(conn, writes)
                 await self._write_locked(conn, sessions, messages, replaced)
                 await conn.commit()
@@ -305,6 +306,25 @@ class Bulk:
                     # discarded, and the server lets go of a lock its connection held.
                     if not failed:
                         raise
+
+    async def _check_sizes(self, conn: AsyncConnection, messages: list[dict[str, Any]]) -> None:
+        """The database's item size limit (MySQL's packet), named as ``add_items`` names it."""
+        db, st = self._backend.db, self._backend.st
+        try:
+            await db.check_item_sizes(conn, st, [m["b_data"] for m in messages])
+        except ValueError:
+            # find the session and its item number for the message (the error path only)
+            by_session: dict[str, list[str]] = {}
+            for m in messages:
+                by_session.setdefault(m["b_sid"], []).append(m["b_data"])
+            for sid, data in by_session.items():
+                try:
+                    await db.check_item_sizes(conn, st, data)
+                except ValueError as exc:
+                    raise ValueError(
+                        f"session {sid!r}: {exc}; nothing of this batch was written"
+                    ) from None
+            raise
 
     async def _check_expected(self, conn: AsyncConnection, writes: Sequence[SessionWrite]) -> None:
         """Refuse the batch if a session's item count is not what the writer read."""
