@@ -15,12 +15,12 @@ from urllib.parse import quote_plus
 
 import typer
 from rich.text import Text
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from agents_memory._cli._options import globals_of, raw_url
 from agents_memory._cli._output import err
 from agents_memory._errors import AgentsMemoryError
+from agents_memory._urls import url_secrets
 
 T = TypeVar("T")
 
@@ -70,12 +70,8 @@ def explain(exc: BaseException) -> str:
 def _passwords(urls: Iterable[str]) -> set[str]:
     found: set[str] = set()
     for url in urls:
-        try:
-            password = make_url(url).password
-        except (ArgumentError, ValueError):
-            continue
-        if password:
-            found |= {str(password), quote_plus(str(password))}
+        for secret in url_secrets(url):
+            found |= {secret, quote_plus(secret)}
     return found
 
 

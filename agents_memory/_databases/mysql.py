@@ -347,15 +347,6 @@ class Operations:
         await self._runner.close()
 
 
-def _mysql_json_types(value: MetadataFilterValue) -> tuple[str, ...]:
-    """The ``JSON_TYPE`` names a stored value may have to equal ``value`` (MariaDB's too)."""
-    if isinstance(value, bool):
-        return ("BOOLEAN",)
-    if isinstance(value, str):
-        return ("STRING",)
-    return ("INTEGER", "UNSIGNED INTEGER", "DOUBLE", "DECIMAL")
-
-
 class MySQL(Database):
     """MySQL 8 and MariaDB through asyncmy."""
 
@@ -430,22 +421,22 @@ class MySQL(Database):
     def metadata_filter(
         cls, sessions: Table, wanted: Mapping[str, MetadataFilterValue]
     ) -> ColumnElement[bool]:
-        """``JSON_CONTAINS`` at each key's path, with ``JSON_TYPE`` pinning the kind of value.
+        """``JSON_CONTAINS`` of ``{key: value}`` at the root, and not of ``{key: []}``.
 
-        On a scalar, containment is JSON equality (exact strings, numbers by value);
-        the type check keeps ``True`` from matching ``1`` and a string from matching
-        an array that holds it (MySQL's containment looks inside arrays). Works on
-        MySQL's JSON type and on MariaDB's JSON-checked ``LONGTEXT`` alike.
+        Containment compares keys and values as JSON (exact strings, numbers by
+        value, ``true`` never ``1``, escaped and literal characters alike); the
+        second test drops a value that is an array (containment would look inside
+        it). No JSON path is built from the key: MariaDB's path parser refuses some
+        quoted keys (``$."-1"``) and compares others as written, so ``naïve`` missed
+        a document that stores it escaped. Works on MySQL's JSON type
+        and on MariaDB's JSON-checked ``LONGTEXT`` alike.
         """
         column = sessions.c["metadata"]
         conditions: list[ColumnElement[bool]] = []
         for key, value in wanted.items():
-            path = "$." + json.dumps(key, ensure_ascii=False)  # the key has no quote or backslash
-            kind = func.json_type(func.json_extract(column, path))
-            candidate = json.dumps(value, ensure_ascii=False)
             conditions += [
-                kind.in_(_mysql_json_types(value)),
-                func.json_contains(column, candidate, path) == 1,
+                func.json_contains(column, json.dumps({key: value})) == 1,
+                func.json_contains(column, json.dumps({key: []})) == 0,
             ]
         return and_(*conditions)
 
