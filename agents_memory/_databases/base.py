@@ -517,7 +517,10 @@ class Database:
 
     @classmethod
     def classify(cls, orig: BaseException) -> str | None:  # noqa: ARG003
-        """What a driver error means: ``busy``, ``lost``, ``connect``, ``deadlock`` or ``None``."""
+        """What a driver error means: ``busy``, ``lost``, ``connect``, ``deadlock``, ``notadb``.
+
+        (``notadb``: a file that is not this database's; ``None``: none of these.)
+        """
         return None
 
     @classmethod

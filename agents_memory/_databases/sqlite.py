@@ -77,6 +77,7 @@ T = TypeVar("T")
 
 _SQLITE_BUSY = 5
 _SQLITE_CANTOPEN = 14
+_SQLITE_NOTADB = 26
 BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite writer waits for another *process* holding the file's write lock."""
 
@@ -676,6 +677,8 @@ class SQLite(Database):
             return "busy"
         if code == _SQLITE_CANTOPEN:
             return "connect"
+        if code == _SQLITE_NOTADB:
+            return "notadb"
         return None
 
     @classmethod

@@ -47,7 +47,7 @@ from agents_memory._codec import OnCorrupt, decode_row, encode_item
 from agents_memory._errors import AgentsMemoryError
 from agents_memory._ids import validate_session_id
 from agents_memory._migrations._runner import lock as table_set_lock
-from agents_memory._sqlalchemy._backend import Backend
+from agents_memory._sqlalchemy._backend import Backend, check_sql_int
 from agents_memory._sqlalchemy._metadata import validate_metadata
 from agents_memory._sqlalchemy._store import SessionStore
 from agents_memory._sqlalchemy._timestamps import naive_utc
@@ -224,6 +224,7 @@ class Bulk:
         if batch_size < 1:
             msg = f"batch_size must be >= 1, got {batch_size}"
             raise ValueError(msg)
+        check_sql_int("batch_size", batch_size)
         after = -1
         while True:
             params = {"sid": session_id, "after": after, "n": batch_size}

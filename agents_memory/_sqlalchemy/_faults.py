@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import random
 from collections.abc import Iterator
+from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 from sqlalchemy.exc import DBAPIError
@@ -98,13 +99,20 @@ def connection_errors(engine: AsyncEngine) -> Iterator[None]:
                 "one process per file, or Postgres"
             )
             raise DatabaseBusyError(msg) from exc
-        if kind == "lost":
+        if kind == "notadb":
+            msg = (
+                f"cannot open {where}: the file is not a database ({reason}); check the path in "
+                "the URL: it must name a database file, or a path where none exists yet"
+            )
+        elif kind == "lost":
             msg = (
                 f"lost the connection to {where} during the operation ({reason}); it was "
                 "applied completely or not at all, so check with get_items() before retrying "
                 "a write. The next call uses a fresh connection."
             )
         elif (advice := db.cannot_open_advice()) is not None:
+            if engine.url.database and Path(engine.url.database).is_dir():
+                advice = "it is a directory: give the path of a database file (in it, say)"
             msg = f"cannot open {where} ({reason}); {advice}"
         else:
             msg = (

@@ -7,7 +7,7 @@ import datetime as dt
 
 from sqlalchemy import func, select
 
-from agents_memory._sqlalchemy._backend import Backend
+from agents_memory._sqlalchemy._backend import Backend, check_sql_int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -29,6 +29,7 @@ async def store_stats(backend: Backend, *, largest: int) -> StoreStats:
     if isinstance(largest, bool) or not isinstance(largest, int) or largest < 0:
         msg = f"largest must be a non-negative int, got {largest!r}"
         raise ValueError(msg)
+    check_sql_int("largest", largest)
     s, m = backend.st.sessions.c, backend.st.messages.c
     totals = select(func.count(), func.min(s.created_at), func.max(s.updated_at))
     n_items = func.count().label("n")

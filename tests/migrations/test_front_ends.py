@@ -180,7 +180,8 @@ def test_wheel_ships_and_runs_the_migrations(tmp_path: Path) -> None:
         asyncio.run(main())
         """
     )
-    out = run(py, "-c", script, cwd=tmp_path).splitlines()
+    # (an empty PYTHONPATH: a source checkout on it would shadow the wheel under test)
+    out = run(py, "-c", script, cwd=tmp_path, env={"PYTHONPATH": ""}).splitlines()
     assert out[0].startswith(str(site))
     assert out[1] == str(site / "agents_memory" / "_alembic")
     assert out[2] == "[{'ok': True}]"
