@@ -92,8 +92,16 @@ class DriverPool(Generic[C]):
                 self._abort(lease.driver)
             if self._open < self._size:
                 self._open += 1
+                # A connect is never cancelled half-way: asyncpg's TLS negotiation then
+                # leaves a future failing with nobody to retrieve it ("Future exception
+                # was never retrieved ... connection_lost", once per cancelled operation).
+                # A caller cancelled meanwhile leaves; the connection, once made, is idle.
+                connecting = asyncio.ensure_future(self._new())
                 try:
-                    return await self._new()
+                    return await asyncio.shield(connecting)
+                except asyncio.CancelledError:
+                    connecting.add_done_callback(self._connected_for_nobody)
+                    raise
                 except BaseException:
                     self._open -= 1
                     self._wake()
@@ -108,6 +116,17 @@ class DriverPool(Generic[C]):
                 elif waiter.done() and not waiter.cancelled():
                     self._wake()  # pass on the wake-up this waiter no longer needs
                 raise
+
+    def _connected_for_nobody(self, connecting: asyncio.Future[Lease[C]]) -> None:
+        """Keep a connection whose caller was cancelled while it was being made."""
+        if connecting.cancelled() or connecting.exception() is not None:
+            self._open -= 1  # (the failure is retrieved above, so asyncio logs nothing)
+        elif self._closed:
+            self._open -= 1
+            self._abort(connecting.result().driver)
+        else:
+            self._idle.append(connecting.result())
+        self._wake()
 
     def _wake(self) -> None:
         while self._waiters:
