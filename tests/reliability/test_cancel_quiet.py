@@ -21,7 +21,7 @@ async def test_cancelled_operations_leave_no_unretrieved_futures(
         pytest.skip("about server connections (asyncpg, asyncmy)")
     session = store.session("a")
     await session.add_items([{"n": -1}])
-    rng = random.Random(13)  # noqa: S311 - timing jitter, not security
+    rng = random.Random(13)
     caplog.set_level(logging.WARNING)
     for i in range(300):
         op = session.add_items([{"n": i}]) if i % 2 else session.get_items()
