@@ -23,10 +23,13 @@ from typing import TypeVar
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.environment import EnvironmentContext
 from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
+from agents_memory._migrations._describe import describe_difference
+from agents_memory._migrations._preflight import TableMismatchError, explain, mismatches
 from agents_memory._migrations._runner import migration_opts, run_lineage
 from agents_memory._migrations._scripts import head_revision, script_directory
 from agents_memory._sqlalchemy._engine import create_engine
@@ -276,13 +279,17 @@ async def current(
 
 
 def _check(connection: Connection, names: TableNames) -> list[str]:
+    insp = inspect(connection)
+    problems = mismatches(insp, names)
+    if problems:  # what `upgrade` refuses, said the same way (never "run upgrade")
+        raise TableMismatchError(explain(insp, names, problems))
     context = MigrationContext.configure(connection, opts=migration_opts(names))
     at = context.get_current_revision()
     newest = head_revision()
     if at != newest:
         return [f"database is at revision {at or 'none (never migrated)'}, not at head {newest}"]
     diffs = compare_metadata(context, get_models(names).metadata)
-    return [str(d) for d in diffs]
+    return [describe_difference(d, connection.dialect) for d in diffs]
 
 
 async def check(
@@ -291,6 +298,10 @@ async def check(
     sessions_table: str = DEFAULT_SESSIONS_TABLE,
     messages_table: str = DEFAULT_MESSAGES_TABLE,
 ) -> list[str]:
-    """Differences between the database and the models; empty when it is at head with no drift."""
+    """Differences between the database and the models; empty when it is at head with no drift.
+
+    Tables of these names that are not ours in those roles (swapped names, another
+    application's table) raise the ``ValueError`` ``upgrade`` raises for them.
+    """
     names = TableNames(sessions_table, messages_table)
     return await _on_connection(url_or_engine, lambda c: _check(c, names), commit=False)

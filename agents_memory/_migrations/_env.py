@@ -16,6 +16,7 @@ from alembic.operations import Operations
 from alembic.runtime.environment import EnvironmentContext
 from sqlalchemy.engine import Connection
 
+from agents_memory._migrations._preflight import check_tables
 from agents_memory._migrations._runner import (
     carry_on_legacy_lineage,
     lock,
@@ -55,6 +56,7 @@ def _run_on(context: EnvironmentContext, connection: Connection, names: TableNam
     with sqlite_foreign_keys_off(connection):
         context.configure(connection=connection, **migration_opts(names))
         with context.begin_transaction(), lock(connection, names):
+            check_tables(connection, names)  # before the first DDL statement
             carry_on_legacy_lineage(Operations(context.get_context()), names)
             context.run_migrations()
 

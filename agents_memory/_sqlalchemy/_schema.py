@@ -15,6 +15,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agents_memory import migrations
 from agents_memory._codec import logger
 from agents_memory._errors import SchemaNotReadyError
+from agents_memory._migrations._preflight import (
+    TableMismatchError,
+    explain,
+    list_sets,
+    mismatches,
+    table_sets,
+)
 from agents_memory._tables import TableNames
 from agents_memory._urls import mask_url
 
@@ -65,8 +72,23 @@ _ready: weakref.WeakKeyDictionary[Engine, set[TableNames]] = weakref.WeakKeyDict
 _locks: weakref.WeakKeyDictionary[Engine, asyncio.Lock] = weakref.WeakKeyDictionary()
 
 
-def _not_ready(engine: AsyncEngine, names: TableNames, at: str | None, head: str) -> str:
+def _not_ready(
+    engine: AsyncEngine,
+    names: TableNames,
+    at: str | None,
+    head: str,
+    others: list[tuple[str, str]] | None = None,
+) -> str:
     where = f"{names.sessions}/{names.messages} in {mask_url(engine.url)}"
+    if at is None and others:
+        # Most likely a misspelled name: point at what exists before offering new tables.
+        return (
+            f"there are no agents_memory tables {names.sessions}/{names.messages} in "
+            f"{mask_url(engine.url)}; table-name sets that exist there: {list_sets(others)}. "
+            "Check --sessions-table/--messages-table (or sessions_table=/messages_table=); "
+            f"to create new, empty tables under these names, run "
+            f"`{upgrade_command(engine.url, names)}`"
+        )
     if at is None:
         state = f"the agents_memory schema ({where}) has not been created or migrated"
     elif at not in {r.revision for r in migrations.history()}:
@@ -101,7 +123,8 @@ async def ensure_schema(engine: AsyncEngine, names: TableNames, *, create: bool)
             await migrations.upgrade(engine, **kwargs)
         else:
             at = await migrations.current(engine, **kwargs)
-            if at is None and await _unversioned_tables_exist(engine, names):
+            others = await _inspect_unversioned(engine, names) if at is None else []
+            if at is None and others is None:
                 # Written by the seed's SQLiteSession or the Agents SDK: read it as it is.
                 logger.warning(
                     "the agents_memory tables %s/%s in %s were created without migrations; "
@@ -112,14 +135,27 @@ async def ensure_schema(engine: AsyncEngine, names: TableNames, *, create: bool)
                     upgrade_command(engine.url, names),
                 )
             elif at != head:
-                raise SchemaNotReadyError(_not_ready(engine, names, at, head))
+                raise SchemaNotReadyError(_not_ready(engine, names, at, head, others))
         _ready.setdefault(sync_engine, set()).add(names)
 
 
-async def _unversioned_tables_exist(engine: AsyncEngine, names: TableNames) -> bool:
-    def check(connection: Connection) -> bool:
+async def _inspect_unversioned(
+    engine: AsyncEngine, names: TableNames
+) -> list[tuple[str, str]] | None:
+    """Never migrated: ``None`` if usable tables of ``names`` exist, else the sets that do exist.
+
+    Tables that exist in the wrong roles (swapped names) raise
+    :class:`TableMismatchError`, as ``upgrade`` would, instead of being used.
+    """
+
+    def look(connection: Connection) -> list[tuple[str, str]] | None:
         insp = inspect(connection)
-        return insp.has_table(names.sessions) and insp.has_table(names.messages)
+        problems = mismatches(insp, names)
+        if problems:
+            raise TableMismatchError(explain(insp, names, problems))
+        if insp.has_table(names.sessions) and insp.has_table(names.messages):
+            return None
+        return table_sets(insp, near=names)
 
     async with engine.connect() as conn:
-        return await conn.run_sync(check)
+        return await conn.run_sync(look)
