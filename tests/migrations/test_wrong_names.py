@@ -52,7 +52,8 @@ async def test_swapped_names_change_nothing_and_say_so(
             await migrations.check(engine, **kw(swapped))
         # check and upgrade say the same thing (other runs' sets on a shared server may differ)
         assert (
-            str(checking.value).split("table-name sets")[0] == message.split("table-name sets", maxsplit=1)[0]
+            str(checking.value).split("table-name sets")[0]
+            == message.split("table-name sets", maxsplit=1)[0]
         )
         with pytest.raises(TableMismatchError):  # and using the store says it too
             await SessionStore(engine, **kw(swapped)).session("kept").get_items()
