@@ -142,7 +142,7 @@ async def test_export_named_sessions(cli, store, tmp_path: Path) -> None:
 
 
 async def test_a_gzip_file_says_how_to_feed_it(cli, store, tmp_path) -> None:
-    """`import backup.jsonl.gz`: exit 1 naming `gunzip -c … | agents-memory import -`, which works."""
+    """`import x.jsonl.gz`: exit 1 naming `gunzip -c … | agents-memory import -`, which works."""
     import gzip  # noqa: PLC0415
 
     await store.session("g").add_items([{"n": 1}])
