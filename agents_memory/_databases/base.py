@@ -36,6 +36,7 @@ from sqlalchemy import (
     Table,
     bindparam,
     delete,
+    func,
     insert,
     select,
 )
@@ -461,6 +462,11 @@ class Database:
     def stamp(cls, value: dt.datetime) -> object:
         """A naive UTC time as this database's timestamp column takes it as a parameter."""
         return value
+
+    @classmethod
+    def byte_length(cls, column: ColumnElement[Any]) -> ColumnElement[int]:
+        """The size in bytes of a text column's value (``stats``: how big a session is)."""
+        return func.octet_length(column)
 
     @classmethod
     def stamp_type(cls, column_type: Any) -> Any:  # noqa: ANN401

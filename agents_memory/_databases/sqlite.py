@@ -37,11 +37,13 @@ from typing import Any, ClassVar, TypeVar
 from sqlalchemy import (
     ColumnElement,
     Executable,
+    LargeBinary,
     MetaData,
     String,
     Table,
     and_,
     bindparam,
+    cast,
     event,
     exists,
     func,
@@ -680,6 +682,11 @@ class SQLite(Database):
         if code == _SQLITE_NOTADB:
             return "notadb"
         return None
+
+    @classmethod
+    def byte_length(cls, column: ColumnElement[Any]) -> ColumnElement[int]:
+        """``length()`` of the UTF-8 bytes (``octet_length`` came only in SQLite 3.43)."""
+        return func.length(cast(column, LargeBinary))
 
     @classmethod
     def describe(cls, url: URL) -> str:
