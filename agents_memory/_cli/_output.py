@@ -120,5 +120,21 @@ def progress(label: str, *, enabled: bool) -> Iterator[Progress]:
         TimeElapsedColumn(),
         TimeRemainingColumn(),
     )
-    with RichProgress(*columns, console=err()) as bar:
-        yield _Bar(bar, label)
+    # transient: stopping it erases it, so an error or the summary is never drawn under it
+    with RichProgress(*columns, console=err(), transient=True) as bar:
+        _live.append(bar)
+        try:
+            yield _Bar(bar, label)
+        finally:
+            if bar in _live:
+                _live.remove(bar)
+
+
+_live: list[RichProgress] = []
+"""The progress bar on screen, if any (one command draws at most one)."""
+
+
+def stop_progress() -> None:
+    """Erase the progress bar now: before an error message or the Ctrl-C notice."""
+    while _live:
+        _live.pop().stop()

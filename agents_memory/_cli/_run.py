@@ -18,7 +18,7 @@ from rich.text import Text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from agents_memory._cli._options import globals_of, raw_url
-from agents_memory._cli._output import err
+from agents_memory._cli._output import err, stop_progress
 from agents_memory._errors import AgentsMemoryError
 from agents_memory._urls import url_secrets
 
@@ -97,6 +97,7 @@ def run(ctx: typer.Context, work: Coroutine[Any, Any, T], *, urls: Iterable[str]
     except (typer.Exit, typer.Abort, BrokenPipeError):
         raise  # click's own handling (a closed pipe, as in `… | head`, ends quietly)
     except KeyboardInterrupt:
+        stop_progress()
         if debug:
             raise
         fail(
@@ -104,6 +105,7 @@ def run(ctx: typer.Context, work: Coroutine[Any, Any, T], *, urls: Iterable[str]
             code=EXIT_INTERRUPTED,
         )
     except Exception as exc:
+        stop_progress()
         if debug:
             raise
         fail(scrub(explain(exc), known))
