@@ -109,11 +109,15 @@ def portable_statements(
     *,
     now: ColumnElement[Any],
     upsert_session: Callable[[Table, Any, ColumnElement[Any]], Executable],
+    item_time: ColumnElement[Any] | None = None,
 ) -> Statements:
     """The statements every database shares; a module replaces the few it writes its own way.
 
     ``now`` is the database's clock expression (or a client-side parameter) and
     ``upsert_session`` builds its create-or-touch statement for the sessions row.
+    ``item_time`` stamps each item where the column default will not do (SQLite's
+    keeps whole seconds); left out, the insert is plain ``VALUES (?, ?)``, which
+    drivers turn into one multi-row statement (asyncmy's ``executemany``).
     """
     models = get_models(names)
     sessions: Table = models.Session.__table__
@@ -127,7 +131,9 @@ def portable_statements(
         messages=messages,
         upsert_session=upsert_session(sessions, sid, now),
         insert_message=insert(messages).values(
-            session_id=bindparam("sid"), message_data=bindparam("data"), created_at=now
+            session_id=bindparam("sid"),
+            message_data=bindparam("data"),
+            **({} if item_time is None else {"created_at": item_time}),
         ),
         select_all=select(*cols).where(mine).order_by(messages.c.id),
         select_latest=newest.limit(bindparam("n")),
@@ -523,9 +529,11 @@ class Database:
 
     @classmethod
     def classify(cls, orig: BaseException) -> str | None:  # noqa: ARG003
-        """What a driver error means: ``busy``, ``lost``, ``connect``, ``deadlock``, ``notadb``.
+        """What a driver error means.
 
-        (``notadb``: a file that is not this database's; ``None``: none of these.)
+        ``busy``, ``lost``, ``connect``, ``deadlock``, ``missing`` (a table or
+        column: the schema is not at head), ``notadb`` (a file that is not this
+        database's) or ``None`` (nothing we name).
         """
         return None
 

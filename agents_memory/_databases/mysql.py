@@ -73,6 +73,8 @@ T = TypeVar("T")
 STATEMENT_OVERHEAD = 4096
 """Room for the SQL around one row (statement text, session id, protocol header)."""
 _DEADLOCK = 1213
+_MISSING_CODES = frozenset({1146, 1054})
+"""No such table, unknown column: the schema is missing or out of date."""
 MIGRATION_LOCK_TIMEOUT_S = 600
 """How long a migrator waits for another one migrating the same tables."""
 _CONNECT_CODES = frozenset({1044, 1045, 1049, 2002, 2003, 2005, 1040})
@@ -484,6 +486,8 @@ class MySQL(Database):
         code = _code(orig)
         if code == _DEADLOCK:
             return "deadlock"
+        if code in _MISSING_CODES:
+            return "missing"
         if code in _GONE_CODES:
             return "lost"
         if code in _CONNECT_CODES or isinstance(orig, OSError):

@@ -67,7 +67,7 @@ class DriverPool(Generic[C]):
         self._abort = abort
         self._idle: collections.deque[Lease[C]] = collections.deque()
         self._open = 0
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._waiters: collections.deque[asyncio.Future[Lease[C] | None]] = collections.deque()
         self._closed = False
 
     async def _new(self) -> Lease[C]:
@@ -82,58 +82,73 @@ class DriverPool(Generic[C]):
         return Lease(driver)
 
     async def acquire(self) -> Lease[C]:
-        """A free connection, a new one (below ``size``), or the next one released."""
-        while True:
-            while self._idle:
-                lease = self._idle.pop()  # the warm one
-                if not self._is_closed(lease.driver):
-                    return lease
-                self._open -= 1
-                self._abort(lease.driver)
-            if self._open < self._size:
-                self._open += 1
-                # A connect is never cancelled half-way: asyncpg's TLS negotiation then
-                # leaves a future failing with nobody to retrieve it ("Future exception
-                # was never retrieved ... connection_lost", once per cancelled operation).
-                # A caller cancelled meanwhile leaves; the connection, once made, is idle.
-                connecting = asyncio.ensure_future(self._new())
-                try:
-                    return await asyncio.shield(connecting)
-                except asyncio.CancelledError:
-                    connecting.add_done_callback(self._connected_for_nobody)
-                    raise
-                except BaseException:
-                    self._open -= 1
-                    self._wake()
-                    raise
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            try:
-                await waiter
-            except BaseException:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
-                elif waiter.done() and not waiter.cancelled():
-                    self._wake()  # pass on the wake-up this waiter no longer needs
-                raise
+        """A free connection, a new one (below ``size``), or the next one released (FIFO)."""
+        while self._idle:
+            lease = self._idle.pop()  # the warm one
+            if not self._is_closed(lease.driver):
+                return lease
+            self._open -= 1
+            self._abort(lease.driver)
+        if self._open < self._size:
+            self._open += 1
+            return await self._connect()
+        waiter: asyncio.Future[Lease[C] | None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            handed = await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                passed = waiter.result()  # handed over just as we were cancelled: pass it on
+                if passed is not None:
+                    self.release(passed)
+                else:
+                    self._hand_over(None)
+            elif waiter in self._waiters:
+                self._waiters.remove(waiter)
+            raise
+        if handed is not None:
+            return handed
+        return await self.acquire()  # a slot was freed (a connection closed): open one
+
+    async def _connect(self) -> Lease[C]:
+        """A new connection for a slot already counted in ``_open``.
+
+        A connect is never cancelled half-way: asyncpg's TLS negotiation then
+        leaves a future failing with nobody to retrieve it ("Future exception was
+        never retrieved ... connection_lost", once per cancelled operation). A
+        caller cancelled meanwhile leaves; the connection, once made, is released.
+        """
+        connecting = asyncio.ensure_future(self._new())
+        try:
+            return await asyncio.shield(connecting)
+        except asyncio.CancelledError:
+            connecting.add_done_callback(self._connected_for_nobody)
+            raise
+        except BaseException:
+            self._open -= 1
+            self._hand_over(None)
+            raise
 
     def _connected_for_nobody(self, connecting: asyncio.Future[Lease[C]]) -> None:
         """Keep a connection whose caller was cancelled while it was being made."""
         if connecting.cancelled() or connecting.exception() is not None:
-            self._open -= 1  # (the failure is retrieved above, so asyncio logs nothing)
-        elif self._closed:
-            self._open -= 1
-            self._abort(connecting.result().driver)
+            self._open -= 1  # (the failure is retrieved here, so asyncio logs nothing)
+            self._hand_over(None)
         else:
-            self._idle.append(connecting.result())
-        self._wake()
+            self.release(connecting.result())  # to a waiter, the idle ones, or closed
 
-    def _wake(self) -> None:
+    def _hand_over(self, lease: Lease[C] | None) -> bool:
+        """Give ``lease`` (or, ``None``, a free slot) to the longest waiter; False if none waits.
+
+        Handing the connection over, rather than parking it for whoever asks
+        next, keeps a burst fair: no newcomer barges past a waiter.
+        """
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
-                waiter.set_result(None)
-                return
+                waiter.set_result(lease)
+                return True
+        return False
 
     def release(self, lease: Lease[C], *, broken: bool = False, gone: bool = False) -> None:
         """Give a connection back; a broken one (or any, once closed) is aborted instead.
@@ -146,7 +161,8 @@ class DriverPool(Generic[C]):
         if broken or gone or self._closed:
             self._open -= 1
             self._abort(lease.driver)
-        else:
+            self._hand_over(None)
+        elif not self._hand_over(lease):
             self._idle.append(lease)
         if gone:
             idle, self._idle = list(self._idle), collections.deque()
@@ -154,7 +170,7 @@ class DriverPool(Generic[C]):
                 self._open -= 1
                 with contextlib.suppress(Exception):
                     self._abort(stale.driver)
-        self._wake()
+                self._hand_over(None)
 
     @contextlib.asynccontextmanager
     async def lease(self) -> AsyncIterator[Lease[C]]:

@@ -81,6 +81,8 @@ T = TypeVar("T")
 _POOLER_SQLSTATES = frozenset({"26000", "42P05"})
 """Prepared statement missing / already there: we are not alone on this server connection."""
 _DEADLOCK = "40P01"
+_MISSING_SQLSTATES = frozenset({"42P01", "42703"})
+"""Undefined table, undefined column: the schema is missing or out of date."""
 _LOST_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "08000", "08003", "08006"})
 _ENDED_SQLSTATES = frozenset({"57P01", "57P02"})
 """The server ended this connection (admin shutdown, crash shutdown)."""
@@ -463,6 +465,8 @@ class Postgres(Database):
         sqlstate = str(getattr(orig, "sqlstate", None) or "")
         if sqlstate == _DEADLOCK:
             return "deadlock"
+        if sqlstate in _MISSING_SQLSTATES:  # ("prepared statement … does not exist" is not)
+            return "missing"
         if sqlstate in _ENDED_SQLSTATES or sqlstate.startswith("08"):
             return "lost"
         if sqlstate in _CONNECT_SQLSTATES or isinstance(orig, OSError):

@@ -23,11 +23,11 @@ second-precision text older rows hold.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import datetime as dt
 import functools
 import json
+import queue
 import sqlite3
 import threading
 import weakref
@@ -35,10 +35,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from sqlalchemy import (
+    Column,
     ColumnElement,
     Executable,
     LargeBinary,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Table,
     and_,
@@ -72,7 +74,7 @@ from agents_memory._databases.base import (
     portable_statements,
     wrap_driver_error,
 )
-from agents_memory._tables import TableNames
+from agents_memory._tables import VERSION_KEY_SUFFIX, TableNames
 from agents_memory.models import get_models
 
 T = TypeVar("T")
@@ -190,9 +192,10 @@ def schema_sql(names: TableNames, head: str) -> tuple[tuple[str, ...], str, tupl
     version = Table(
         names.version_table,
         MetaData(),
-        _version_column(),
+        Column("version_num", String(32), nullable=False),
+        PrimaryKeyConstraint("version_num", name=f"{names.version_table}{VERSION_KEY_SUFFIX}"),
     )
-    master = Table("sqlite_master", MetaData(), _name_column("type"), _name_column("name"))
+    master = Table("sqlite_master", MetaData(), Column("type", String()), Column("name", String()))
     exists_query = select(literal(1)).where(
         master.c.type == literal("table", literal_execute=True),
         master.c.name == literal(names.sessions, literal_execute=True),
@@ -210,19 +213,6 @@ def schema_sql(names: TableNames, head: str) -> tuple[tuple[str, ...], str, tupl
             str(stamp_head.compile(dialect=DIALECT, compile_kwargs=lit)),
         ),
     )
-
-
-def _version_column() -> Any:  # noqa: ANN401
-    """Alembic's version table column (``version_num VARCHAR(32)``, primary key)."""
-    from sqlalchemy import Column  # noqa: PLC0415
-
-    return Column("version_num", String(32), primary_key=True)
-
-
-def _name_column(name: str) -> Any:  # noqa: ANN401
-    from sqlalchemy import Column  # noqa: PLC0415
-
-    return Column(name, String())
 
 
 # -- the transactions (one body each, for both runners) -----------------------------------------
@@ -295,59 +285,113 @@ class LiteExecutor:
 # -- threads ------------------------------------------------------------------------------------
 
 
-async def settle(future: concurrent.futures.Future[T]) -> T:
-    """Await a job on a worker thread; a cancel raised only once a started job has finished.
+class _Job:
+    """One job on a worker's queue: what to run, where its result goes, and whether it started.
 
-    A job not yet started is withdrawn (it never runs). One already running
-    cannot be stopped: the transaction runs on to its COMMIT (or rollback), and
-    the caller's cancel is raised after that, so the session is left fully
-    before or fully after the operation when the caller sees the cancel.
+    ``started`` (set by the thread) and ``withdrawn`` (set by a cancelled caller)
+    are each written before the other side's is read, so exactly one of the two
+    wins: a withdrawn job never runs, a started one is never withdrawn.
     """
+
+    __slots__ = ("fn", "future", "loop", "started", "withdrawn")
+
+    def __init__(
+        self,
+        fn: Callable[[sqlite3.Connection], Any],
+        future: asyncio.Future[Any],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.fn = fn
+        self.future = future
+        self.loop = loop
+        self.started = False
+        self.withdrawn = False
+
+
+def _deliver(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:  # noqa: ANN401
+    if future.cancelled():
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
+
+
+def _serve(jobs: queue.SimpleQueue[_Job | None], connect: Callable[[], sqlite3.Connection]) -> None:
+    """A worker thread's life: open the connection on first use, run jobs in order, close.
+
+    It holds the queue, not the :class:`Worker`, so a worker nobody references
+    any more is collected, and its finalizer's ``None`` ends the thread.
+    """
+    conn: sqlite3.Connection | None = None
     try:
-        return await asyncio.wrap_future(future)
-    except asyncio.CancelledError:
-        if future.cancel():
-            raise
-        while not future.done():
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(asyncio.wrap_future(future))
-        if not future.cancelled():
-            future.exception()  # retrieved: the caller asked to be cancelled, not for the outcome
-        raise
+        while (job := jobs.get()) is not None:
+            job.started = True
+            if job.withdrawn:
+                continue
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                if conn is None:
+                    conn = connect()
+                result = job.fn(conn)
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
+                error = exc
+            with contextlib.suppress(RuntimeError):  # the caller's loop has closed
+                job.loop.call_soon_threadsafe(_deliver, job.future, result, error)
+    finally:
+        if conn is not None:
+            conn.close()
 
 
 class Worker:
-    """One ``sqlite3`` connection owned by one thread; jobs run on it in arrival order."""
+    """One ``sqlite3`` connection owned by one thread; jobs run on it in arrival order.
+
+    One queue and one ``call_soon_threadsafe`` per job: the hop between the event
+    loop and the thread costs what aiosqlite's does, with the whole transaction
+    in that one hop.
+    """
 
     def __init__(self, connect: Callable[[], sqlite3.Connection], name: str) -> None:
-        self._connect = connect
-        self._conn: sqlite3.Connection | None = None
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=name)
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(
+            target=_serve, args=(self._jobs, connect), name=name, daemon=True
+        )
+        self._thread.start()
+        self._stopper = weakref.finalize(self, self._jobs.put, None)
 
-    def _run(self, job: Callable[[sqlite3.Connection], T]) -> T:
-        conn = self._conn
-        if conn is None:
-            conn = self._conn = self._connect()
-        return job(conn)
+    async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(connection)`` on the thread.
 
-    def submit(self, job: Callable[[sqlite3.Connection], T]) -> concurrent.futures.Future[T]:
-        """Queue ``job(connection)`` on the thread (a RuntimeError once the worker is stopped)."""
-        return self._executor.submit(self._run, job)
-
-    async def call(self, job: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``job(connection)`` on the thread (see :func:`settle` for cancels)."""
-        return await settle(self.submit(job))
-
-    def _close_conn(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        A cancel withdraws a job that has not started (it never runs). One already
+        running cannot be stopped: the transaction runs on to its COMMIT (or
+        rollback), and the caller's cancel is raised after that, so the session is
+        left fully before or fully after the operation when the caller sees it.
+        """
+        if not self._stopper.alive:
+            msg = "this SQLite connection was closed"
+            raise RuntimeError(msg)
+        loop = asyncio.get_running_loop()
+        job = _Job(fn, loop.create_future(), loop)
+        self._jobs.put(job)
+        try:
+            return await asyncio.shield(job.future)
+        except asyncio.CancelledError:
+            job.withdrawn = True
+            if not job.started:
+                raise
+            while not job.future.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(job.future)
+            if not job.future.cancelled():
+                job.future.exception()  # retrieved: the caller asked to be cancelled
+            raise
 
     def stop(self, *, wait: bool) -> None:
         """Close the connection after the queued jobs, and end the thread."""
-        with contextlib.suppress(RuntimeError):  # already stopped
-            self._executor.submit(self._close_conn)
-        self._executor.shutdown(wait=wait)
+        self._stopper()
+        if wait and self._thread is not threading.current_thread():
+            self._thread.join()
 
 
 def open_connection(args: Sequence[Any], kwargs: Mapping[str, Any]) -> sqlite3.Connection:
@@ -384,11 +428,13 @@ _threads_guard = threading.Lock()
 
 def _threads_for(engine: AsyncEngine) -> _Threads:
     sync_engine = engine.sync_engine
-    with _threads_guard:
-        found = _threads.get(sync_engine)
-        if found is None:
-            found = _threads[sync_engine] = _Threads(engine)
-        return found
+    found = _threads.get(sync_engine)  # (the usual case: no lock)
+    if found is None:
+        with _threads_guard:
+            found = _threads.get(sync_engine)
+            if found is None:
+                found = _threads[sync_engine] = _Threads(engine)
+    return found
 
 
 def _on_dispose(sync_engine: Engine) -> None:
@@ -567,9 +613,8 @@ class SQLite(Database):
 
     @classmethod
     def _build_statements(cls, names: TableNames) -> Statements:
-        return portable_statements(
-            names, now=bindparam("now", type_=String()), upsert_session=_upsert_session
-        )
+        when = bindparam("now", type_=String())
+        return portable_statements(names, now=when, upsert_session=_upsert_session, item_time=when)
 
     @classmethod
     def operations(cls, engine: AsyncEngine, names: TableNames, on_corrupt: OnCorrupt) -> Any:  # noqa: ANN401
@@ -677,6 +722,9 @@ class SQLite(Database):
         code = getattr(orig, "sqlite_errorcode", None) or 0
         if code & 0xFF == _SQLITE_BUSY:  # extended codes (recovery, snapshot, timeout) too
             return "busy"
+        text = str(orig)
+        if text.startswith(("no such table", "no such column")) or " has no column named " in text:
+            return "missing"
         if code == _SQLITE_CANTOPEN:
             return "connect"
         if code == _SQLITE_NOTADB:

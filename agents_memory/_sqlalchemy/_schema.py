@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agents_memory import migrations
 from agents_memory._codec import logger
+from agents_memory._databases import database_for
 from agents_memory._errors import SchemaNotReadyError
 from agents_memory._migrations._preflight import (
     TableMismatchError,
@@ -25,15 +26,6 @@ from agents_memory._migrations._preflight import (
 from agents_memory._tables import TableNames
 from agents_memory._urls import mask_url
 
-_MISSING_MARKERS = (
-    "no such table",
-    "does not exist",
-    "doesn't exist",
-    "no such column",
-    "unknown column",  # MySQL/MariaDB
-)
-_MISSING_SQLSTATES = {"42P01", "42703"}  # undefined table / column (Postgres)
-
 
 def upgrade_command(url: str | URL, names: TableNames) -> str:
     """The exact shell command that brings this database's schema up to date."""
@@ -43,13 +35,11 @@ def upgrade_command(url: str | URL, names: TableNames) -> str:
     return " ".join(parts)
 
 
-def _is_missing_schema(exc: DBAPIError) -> bool:
-    orig = exc.orig
-    sqlstate = getattr(orig, "sqlstate", None)
-    if sqlstate:  # Postgres says exactly what is missing ("prepared statement" is not a table)
-        return sqlstate in _MISSING_SQLSTATES
-    text = str(orig).lower()
-    return any(marker in text for marker in _MISSING_MARKERS)
+def _is_missing_schema(exc: DBAPIError, engine: AsyncEngine) -> bool:
+    """A missing table or column, by the database module's reading of the driver's error."""
+    return (
+        exc.orig is not None and database_for(engine.dialect.name).classify(exc.orig) == "missing"
+    )
 
 
 @contextlib.contextmanager
@@ -58,7 +48,7 @@ def schema_errors(engine: AsyncEngine, names: TableNames) -> Iterator[None]:
     try:
         yield
     except DBAPIError as exc:
-        if not _is_missing_schema(exc):
+        if not _is_missing_schema(exc, engine):
             raise
         msg = (
             f"the agents_memory tables ({names.sessions}, {names.messages}) are missing or out "

@@ -278,11 +278,13 @@ async def test_dispose_stops_the_runner_threads(file_backend: Any, names: Any) -
     s = store.session("k")
     await asyncio.gather(s.add_items([item(1)]), s.get_items(), s.get_items())
     threads = lite._threads[engine.sync_engine]
-    assert threads.writer._conn is not None
+    assert threads.writer._thread.is_alive()
     await engine.dispose()
     assert engine.sync_engine not in lite._threads
-    await asyncio.sleep(0.05)
-    assert threads.writer._conn is None  # closed, not just forgotten
+    await asyncio.to_thread(threads.writer._thread.join, 5)
+    await asyncio.to_thread(threads.reader._thread.join, 5)
+    assert not threads.writer._thread.is_alive()  # ended, its connection closed
+    assert not threads.reader._thread.is_alive()
     assert await s.get_items() == [item(1)]
     await engine.dispose()
 
