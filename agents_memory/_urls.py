@@ -125,6 +125,13 @@ def mask_url(url: str | URL) -> str:
     return parsed.render_as_string(hide_password=True).replace(_PLACEHOLDER, _MASK)
 
 
+def sqlite_file(url: URL) -> str | None:
+    """The database file a SQLite URL names (``None``: another database, memory, or a URI)."""
+    if url.get_backend_name() != "sqlite" or is_sqlite_memory(url) or url.query.get("uri"):
+        return None
+    return str(url.database)
+
+
 def is_sqlite_memory(url: URL) -> bool:
     """True for an in-memory SQLite URL, which needs one shared connection."""
     return url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 
 from sqlalchemy import inspect
 from sqlalchemy.engine import URL, Connection, Engine
@@ -24,7 +25,7 @@ from agents_memory._migrations._preflight import (
     table_sets,
 )
 from agents_memory._tables import TableNames
-from agents_memory._urls import mask_url
+from agents_memory._urls import mask_url, sqlite_file
 
 
 def upgrade_command(url: str | URL, names: TableNames) -> str:
@@ -112,6 +113,7 @@ async def ensure_schema(engine: AsyncEngine, names: TableNames, *, create: bool)
         if create:
             await migrations.upgrade(engine, **kwargs)
         else:
+            _require_file(engine, names)
             at = await migrations.current(engine, **kwargs)
             others = await _inspect_unversioned(engine, names) if at is None else []
             if at is None and others is None:
@@ -127,6 +129,22 @@ async def ensure_schema(engine: AsyncEngine, names: TableNames, *, create: bool)
             elif at != head:
                 raise SchemaNotReadyError(_not_ready(engine, names, at, head, others))
         _ready.setdefault(sync_engine, set()).add(names)
+
+
+def _require_file(engine: AsyncEngine, names: TableNames) -> None:
+    """A read of a SQLite file that does not exist fails without creating it.
+
+    Opening the file to look for tables would leave an empty ``memory.db`` behind
+    a failed first run; the next step is the same command either way.
+    """
+    path = sqlite_file(engine.url)
+    if path is not None and not Path(path).exists():
+        msg = (
+            f"there is no database file at {path} ({mask_url(engine.url)}), so the "
+            f"agents_memory tables {names.sessions}/{names.messages} do not exist yet; "
+            f"run `{upgrade_command(engine.url, names)}` (or pass create_tables=True)"
+        )
+        raise SchemaNotReadyError(msg)
 
 
 async def _inspect_unversioned(
