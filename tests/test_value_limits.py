@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,7 @@ async def test_a_file_that_is_not_sqlite_names_the_path(
     async with SessionStore.from_url(f"sqlite:///{path}", create_tables=create_tables) as store:
         with pytest.raises(DatabaseConnectionError) as info:
             await store.session("a").get_items()
+        await asyncio.sleep(0.1)  # aiosqlite's worker thread stops after a failed connect
     message = str(info.value)
     assert str(path) in message
     assert "not a database" in message
@@ -52,6 +54,7 @@ async def test_a_directory_as_the_database_names_the_path(tmp_path: Path) -> Non
     async with SessionStore.from_url(f"sqlite:///{tmp_path}", create_tables=True) as store:
         with pytest.raises(DatabaseConnectionError) as info:
             await store.session("a").get_items()
+        await asyncio.sleep(0.1)  # aiosqlite's worker thread stops after a failed connect
     message = str(info.value)
     assert str(tmp_path) in message
     assert "is a directory" in message

@@ -138,11 +138,12 @@ def _require_file(engine: AsyncEngine, names: TableNames) -> None:
     a failed first run; the next step is the same command either way.
     """
     path = sqlite_file(engine.url)
-    if path is not None and not Path(path).exists():
+    # (a missing directory is left to the connect, whose error says to create it)
+    if path is not None and not Path(path).exists() and Path(path).parent.is_dir():
         msg = (
-            f"there is no database file at {path} ({mask_url(engine.url)}), so the "
-            f"agents_memory tables {names.sessions}/{names.messages} do not exist yet; "
-            f"run `{upgrade_command(engine.url, names)}` (or pass create_tables=True)"
+            f"the agents_memory schema ({names.sessions}/{names.messages} in "
+            f"{mask_url(engine.url)}) has not been created: there is no database file at "
+            f"{path}; run `{upgrade_command(engine.url, names)}` (or pass create_tables=True)"
         )
         raise SchemaNotReadyError(msg)
 
