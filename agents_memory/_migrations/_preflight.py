@@ -14,6 +14,7 @@ import difflib
 
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection, Inspector
+from sqlalchemy.exc import NoSuchTableError
 
 from agents_memory._errors import AgentsMemoryError
 from agents_memory._tables import TableNames
@@ -45,11 +46,15 @@ def table_sets(insp: Inspector, near: TableNames | None = None) -> list[tuple[st
     """
     found: list[tuple[str, str]] = []
     for table in sorted(insp.get_table_names()):
-        if shape_of({c["name"] for c in insp.get_columns(table)}) != "messages":
+        try:
+            if shape_of({c["name"] for c in insp.get_columns(table)}) != "messages":
+                continue
+            keys = insp.get_foreign_keys(table)
+        except NoSuchTableError:  # dropped meanwhile by someone else
             continue
         found.extend(
             (str(fk["referred_table"]), table)
-            for fk in insp.get_foreign_keys(table)
+            for fk in keys
             if fk["constrained_columns"] == ["session_id"] and fk.get("referred_table")
         )
     if near is not None:

@@ -74,11 +74,10 @@ def _not_ready(
     if at is None and others:
         # Most likely a misspelled name: point at what exists before offering new tables.
         return (
-            f"there are no agents_memory tables {names.sessions}/{names.messages} in "
-            f"{mask_url(engine.url)}; table-name sets that exist there: {list_sets(others)}. "
-            "Check --sessions-table/--messages-table (or sessions_table=/messages_table=); "
-            f"to create new, empty tables under these names, run "
-            f"`{upgrade_command(engine.url, names)}`"
+            f"the agents_memory schema ({where}) has not been created; table-name sets that "
+            f"exist there: {list_sets(others)}. Check --sessions-table/--messages-table (or "
+            "sessions_table=/messages_table=); to create new, empty tables under these "
+            f"names, run `{upgrade_command(engine.url, names)}`"
         )
     if at is None:
         state = f"the agents_memory schema ({where}) has not been created or migrated"
