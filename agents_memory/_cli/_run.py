@@ -18,14 +18,13 @@ from rich.text import Text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from agents_memory._cli._options import globals_of, raw_url
-from agents_memory._cli._output import err, stop_progress
+from agents_memory._cli._output import EXIT_INTERRUPTED, INTERRUPTED, err, stop_progress
 from agents_memory._errors import AgentsMemoryError
 from agents_memory._urls import url_secrets
 
 T = TypeVar("T")
 
 EXIT_ERROR = 1
-EXIT_INTERRUPTED = 130
 _CHECK = "check --url and that the server is running"
 
 
@@ -100,10 +99,7 @@ def run(ctx: typer.Context, work: Coroutine[Any, Any, T], *, urls: Iterable[str]
         stop_progress()
         if debug:
             raise
-        fail(
-            "interrupted; run the same command again to finish (copy and import resume)",
-            code=EXIT_INTERRUPTED,
-        )
+        fail(INTERRUPTED, code=EXIT_INTERRUPTED)
     except Exception as exc:
         stop_progress()
         if debug:
