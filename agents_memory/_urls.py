@@ -33,10 +33,22 @@ def supported_urls() -> str:
 
 
 def _mysql_query(url: URL) -> URL:
-    """Talk utf8mb4 unless told otherwise: MySQL's ``utf8`` cannot hold 4-byte characters."""
-    if "charset" in url.query:
+    """Talk utf8mb4, and nothing else: any other charset loses or refuses characters.
+
+    MySQL's ``utf8`` (``utf8mb3``) cannot hold 4-byte characters and ``latin1``
+    far fewer; with a lax ``sql_mode`` the server stores ``?`` in their place
+    (an emoji came back as ``????``), with a strict one each write fails.
+    """
+    charset = url.query.get("charset")
+    if charset is None:
+        return url.update_query_dict({"charset": "utf8mb4"})
+    if isinstance(charset, str) and charset.lower() == "utf8mb4":
         return url
-    return url.update_query_dict({"charset": "utf8mb4"})
+    msg = (
+        f"charset={charset!s} in {mask_url(url)} cannot store every character agents_memory "
+        "is given (emoji would come back as '?'); use charset=utf8mb4, or leave charset out"
+    )
+    raise UnsupportedDatabaseError(msg)
 
 
 def normalize_url(url: str | URL) -> URL:
@@ -72,16 +84,52 @@ def normalize_url(url: str | URL) -> URL:
     return _mysql_query(normalized) if backend in MYSQL_FAMILY else normalized
 
 
-def mask_url(url: str | URL) -> str:
-    """Render a URL with its password hidden, for errors, logs and reprs."""
-    if isinstance(url, URL):
-        return url.render_as_string(hide_password=True)
+SECRET_QUERY_KEYS = frozenset({"password", "passwd", "sslpassword"})
+"""Query parameters the drivers take as a password (``?password=…`` works like ``user:pw@``)."""
+
+_MASK = "***"
+_PLACEHOLDER = "AGENTSMEMORYMASKED"  # URL-safe, so rendering leaves it whole for the swap
+
+
+def url_secrets(url: str | URL) -> set[str]:
+    """Every secret a URL carries: its password and any password-like query value."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url) if isinstance(url, str) else url
+    except (ArgumentError, ValueError):
+        return set()
+    found = {str(parsed.password)} if parsed.password else set()
+    for key in SECRET_QUERY_KEYS & set(parsed.query):
+        value = parsed.query[key]
+        found.update(v for v in ((value,) if isinstance(value, str) else value) if v)
+    return found
+
+
+def mask_url(url: str | URL) -> str:
+    """Render a URL with its password hidden, for errors, logs and reprs.
+
+    A password given as a query parameter (``?password=…``) is hidden the same
+    way. Text that is not a URL at all (no ``scheme://``) is shown as typed: it
+    holds no credentials, and the user needs to see what was wrong with it.
+    """
+    try:
+        parsed = make_url(url) if isinstance(url, str) else url
     except (ArgumentError, ValueError):
         # Not parseable: show only the scheme, never the rest (it may hold a secret).
+        assert isinstance(url, str)  # noqa: S101 - a URL object always parses
         scheme, sep, _ = url.partition("://")
-        return f"{scheme}{sep}***" if sep else "***"
+        return f"{scheme}{sep}{_MASK}" if sep else url
+    hidden = SECRET_QUERY_KEYS & set(parsed.query)
+    if not hidden:
+        return parsed.render_as_string(hide_password=True)
+    parsed = parsed.update_query_dict(dict.fromkeys(hidden, _PLACEHOLDER))
+    return parsed.render_as_string(hide_password=True).replace(_PLACEHOLDER, _MASK)
+
+
+def sqlite_file(url: URL) -> str | None:
+    """The database file a SQLite URL names (``None``: another database, memory, or a URI)."""
+    if url.get_backend_name() != "sqlite" or is_sqlite_memory(url) or url.query.get("uri"):
+        return None
+    return str(url.database)
 
 
 def is_sqlite_memory(url: URL) -> bool:

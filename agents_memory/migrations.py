@@ -5,29 +5,36 @@ Every function takes a URL (plain or async; it is normalised) or an
 set has its own version table, so sets in one database (and the application's
 own ``alembic_version``) never interfere.
 
-For an application with its own Alembic environment, call
-:func:`upgrade_connection` from its ``env.py`` (see README, "Migrations").
+For an application with its own Alembic environment, its ``env.py`` calls
+:func:`upgrade_in_env` and hands :func:`include_name` to ``context.configure`` (see
+README, "Migrations").
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Callable
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TypeVar
 
 from alembic.autogenerate import compare_metadata
+from alembic.runtime.environment import EnvironmentContext
 from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
 from agents_memory._locking import LoopSpanningLock
+from agents_memory._migrations._describe import describe_difference
+from agents_memory._migrations._preflight import TableMismatchError, explain, mismatches
 from agents_memory._migrations._runner import migration_opts, run_lineage
 from agents_memory._migrations._scripts import head_revision, script_directory
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 from agents_memory.models import get_models
+from alembic import command as alembic_command
 
 __all__ = [
     "Revision",
@@ -36,11 +43,16 @@ __all__ = [
     "downgrade",
     "head",
     "history",
+    "include_name",
     "upgrade",
     "upgrade_connection",
+    "upgrade_in_env",
 ]
 
 T = TypeVar("T")
+
+_log = logging.getLogger("alembic.agents_memory")
+"""Under ``alembic`` so an application's ``alembic.ini`` logging shows our lines with its own."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -84,6 +96,98 @@ def upgrade_connection(
     not touch the application's Alembic context or its version table.
     """
     run_lineage(connection, TableNames(sessions_table, messages_table), revision)
+
+
+def include_name(
+    *,
+    sessions_table: str = DEFAULT_SESSIONS_TABLE,
+    messages_table: str = DEFAULT_MESSAGES_TABLE,
+) -> Callable[[str | None, str, Mapping[str, str | None]], bool]:
+    """A filter for ``context.configure(include_name=…)`` that hides our tables from the app.
+
+    An application's autogenerate compares its own models with everything in
+    the database: without this filter it proposes ``drop_table`` for our
+    sessions, messages and version tables, and ``alembic check`` fails on them.
+    Our lineage migrates them (:func:`upgrade_in_env`). To combine it with a
+    filter of your own, call both: ``ours(name, type_, parents) and mine(...)``.
+    """
+    names = TableNames(sessions_table, messages_table)
+    hidden = {names.sessions, names.messages, names.version_table}
+    if names.legacy_version_table is not None:
+        hidden.add(names.legacy_version_table)
+
+    def include(name: str | None, type_: str, _parent_names: Mapping[str, str | None]) -> bool:
+        return not (type_ == "table" and name in hidden)
+
+    return include
+
+
+def _is_upgrading(context: EnvironmentContext) -> bool:
+    """Whether the host's Alembic is running ``upgrade`` (not check, autogenerate, current…).
+
+    From the ``alembic`` command line the command itself is known. Called through
+    ``alembic.command`` from Python, only commands that move to a revision
+    (``upgrade``, ``downgrade``, ``stamp``) carry a destination; ``check``,
+    ``revision --autogenerate``, ``current`` and ``history`` do not.
+    """
+    cmd = getattr(context.config.cmd_opts, "cmd", None)
+    if isinstance(cmd, tuple) and cmd:
+        return cmd[0] is alembic_command.upgrade
+    try:
+        context.get_revision_argument()
+    except KeyError:
+        return False
+    return True
+
+
+def upgrade_in_env(
+    context: EnvironmentContext,
+    connection: Connection | None = None,
+    *,
+    sessions_table: str = DEFAULT_SESSIONS_TABLE,
+    messages_table: str = DEFAULT_MESSAGES_TABLE,
+) -> bool:
+    """Bring our tables to head from an application's ``env.py``, only under ``alembic upgrade``.
+
+    ``alembic check``, ``revision --autogenerate``, ``current``, ``downgrade`` and
+    ``stamp`` leave our tables alone: a command that only compares must not
+    change the database. Online, call it with the connection before the
+    application's ``context.configure`` (our lineage commits on its own, so on
+    SQLite its table rebuilds never run inside the application's transaction).
+    Offline (``--sql``), call it inside ``context.begin_transaction()``: our
+    revisions inspect the live tables, so they cannot be rendered as a script;
+    it writes a comment into the script saying so and naming the command to run.
+    Returns whether it upgraded.
+    """
+    names = TableNames(sessions_table, messages_table)
+    command = (
+        f"agents-memory db upgrade --url URL --sessions-table {names.sessions}"
+        f" --messages-table {names.messages}"
+    )
+    if context.is_offline_mode():
+        note = (
+            f"agents_memory tables {names.sessions}/{names.messages} are NOT in this script;"
+            f" migrate them with: {command}"
+        )
+        context.static_output(f"-- {note}\n")
+        _log.warning(note)
+        return False
+    if not _is_upgrading(context):
+        return False
+    if connection is None:
+        msg = "upgrade_in_env needs the connection online: upgrade_in_env(context, connection)"
+        raise TypeError(msg)
+    ours_to_commit = not connection.in_transaction()
+    run_lineage(connection, names, "head")
+    if ours_to_commit and connection.in_transaction():
+        # SQLite (non-transactional DDL in Alembic's eyes) leaves the autobegun
+        # transaction open, and the async template closes its connection without
+        # a commit: ours would be rolled back with it.
+        connection.commit()
+    # (Alembic's own log names each revision applied; reading the version here would
+    # open a transaction the application's context would then mistake for its caller's.)
+    _log.info("agents_memory tables %s/%s are at head %s", names.sessions, names.messages, head())
+    return True
 
 
 @contextlib.asynccontextmanager
@@ -165,13 +269,17 @@ async def current(
 
 
 def _check(connection: Connection, names: TableNames) -> list[str]:
+    insp = inspect(connection)
+    problems = mismatches(insp, names)
+    if problems:  # what `upgrade` refuses, said the same way (never "run upgrade")
+        raise TableMismatchError(explain(insp, names, problems))
     context = MigrationContext.configure(connection, opts=migration_opts(names))
     at = context.get_current_revision()
     newest = head_revision()
     if at != newest:
         return [f"database is at revision {at or 'none (never migrated)'}, not at head {newest}"]
     diffs = compare_metadata(context, get_models(names).metadata)
-    return [str(d) for d in diffs]
+    return [describe_difference(d, connection.dialect) for d in diffs]
 
 
 async def check(
@@ -180,6 +288,10 @@ async def check(
     sessions_table: str = DEFAULT_SESSIONS_TABLE,
     messages_table: str = DEFAULT_MESSAGES_TABLE,
 ) -> list[str]:
-    """Differences between the database and the models; empty when it is at head with no drift."""
+    """Differences between the database and the models; empty when it is at head with no drift.
+
+    Tables of these names that are not ours in those roles (swapped names, another
+    application's table) raise the ``ValueError`` ``upgrade`` raises for them.
+    """
     names = TableNames(sessions_table, messages_table)
     return await _on_connection(url_or_engine, lambda c: _check(c, names), commit=False)

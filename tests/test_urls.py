@@ -63,5 +63,37 @@ def test_mysql_urls_talk_utf8mb4() -> None:
     """MySQL/MariaDB URLs get charset=utf8mb4 (4-byte characters) unless they name a charset."""
     assert normalize_url("mysql://u@h/db").query["charset"] == "utf8mb4"
     assert normalize_url("mariadb://u:pw@h:3307/db").query["charset"] == "utf8mb4"
-    assert normalize_url("mysql://u@h/db?charset=latin1").query["charset"] == "latin1"
+    assert normalize_url("mysql://u@h/db?charset=UTF8MB4").query["charset"] == "UTF8MB4"
     assert "pw" not in mask_url(normalize_url("mariadb://u:pw@h/db"))
+
+
+@pytest.mark.parametrize("charset", ["utf8", "utf8mb3", "latin1"])
+def test_mysql_charsets_other_than_utf8mb4_are_refused(charset: str) -> None:
+    """A MySQL URL with a charset that cannot hold emoji is refused, naming the fix."""
+    with pytest.raises(UnsupportedDatabaseError) as info:
+        normalize_url(f"mysql://u:pw@h/db?charset={charset}")
+    message = str(info.value)
+    assert f"charset={charset}" in message
+    assert "use charset=utf8mb4" in message
+    assert "pw@" not in message
+
+
+@pytest.mark.parametrize("key", ["password", "passwd", "sslpassword"])
+def test_a_password_in_the_query_is_masked(key: str) -> None:
+    """``?password=…`` is hidden wherever ``user:pw@`` is: masked URLs, unsupported-URL errors."""
+    url = f"postgresql://bob@db.example.com/app?sslmode=disable&{key}=s3cret"
+    masked = mask_url(url)
+    assert "s3cret" not in masked
+    assert f"{key}=***" in masked
+    assert "sslmode=disable" in masked
+    assert "s3cret" not in mask_url(normalize_url(url))
+    with pytest.raises(UnsupportedDatabaseError) as info:
+        normalize_url(f"oracle://bob@db/x?{key}=s3cret")
+    assert "s3cret" not in str(info.value)
+
+
+def test_text_that_is_not_a_url_is_shown_as_typed() -> None:
+    """`--url notaurl` holds no credentials: the error shows it so the typo can be seen."""
+    with pytest.raises(UnsupportedDatabaseError) as info:
+        normalize_url("notaurl")
+    assert "notaurl" in str(info.value)

@@ -33,7 +33,10 @@ async def copy(
 ) -> TransferResult:
     """Copy all of ``source`` into ``dest`` (migrated to head first)."""
     if source.same_store_as(dest):
-        msg = f"the source and the target are the same store ({source}); pick another --to"
+        msg = (
+            f"the source and the target are the same store ({source}); pick another --to, "
+            "or other tables with --to-sessions-table/--to-messages-table"
+        )
         raise AdminError(msg)
     progress = progress or NoProgress()
     async with open_store(source) as src:

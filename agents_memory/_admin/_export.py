@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import TextIO
 
 from agents_memory import migrations
+from agents_memory._admin._errors import InvalidFileError
 from agents_memory._admin._jsonl import Reader, header_line, item_line, scan
 from agents_memory._admin._target import Target, open_store
 from agents_memory._admin._transfer import (
@@ -116,6 +118,23 @@ def _local_file(source: Path | None) -> Iterator[Path]:
         Path(name).unlink(missing_ok=True)
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+"""The first two bytes of every gzip file (``export | gzip > backup.jsonl.gz``)."""
+
+
+def _gzip_advice(source: Path | None) -> str:
+    if source is None:
+        return (
+            "the input is gzip-compressed; decompress it on the way in: "
+            "gunzip -c FILE | agents-memory import -"
+        )
+    quoted = shlex.quote(str(source))
+    return (
+        f"{source} is gzip-compressed; decompress it on the way in: "
+        f"gunzip -c {quoted} | agents-memory import -"
+    )
+
+
 async def import_file(
     target: Target,
     source: Path | None,
@@ -133,6 +152,9 @@ async def import_file(
     progress = progress or NoProgress()
     with _local_file(source) as path:
         with path.open("rb") as stream:
+            if stream.read(2) == GZIP_MAGIC:
+                raise InvalidFileError(_gzip_advice(source))
+            stream.seek(0)
             totals = scan(stream)
         await migrations.upgrade(target.url, **target.table_kwargs)
         async with open_store(target, must_exist=False) as store:

@@ -38,7 +38,7 @@ def header_line(record: SessionRecord) -> str:
                 "session": record.session_id,
                 "created_at": record.created_at.isoformat(),
                 "updated_at": record.updated_at.isoformat(),
-                "metadata": record.metadata,
+                "metadata": record.metadata or None,  # none set: null, as everywhere
             }
         )
         + "\n"

@@ -119,6 +119,8 @@ class Writer:
         self._pending: list[SessionWrite] = []
         self._pending_items = 0
         self._current: SessionWrite | None = None
+        self._target_items: dict[str, int] = {}
+        """Items each session holds in the target as this run knows it (checked when written)."""
         self.result = TransferResult()
 
     async def flush(self) -> None:
@@ -126,6 +128,10 @@ class Writer:
         if not self._pending:
             return
         await self._dest.write(self._pending)
+        # Only the last session of a batch can go on into the next one: keep its count only.
+        last = self._pending[-1]
+        before = 0 if last.replace else (last.expected_items or 0)
+        self._target_items = {last.record.session_id: before + len(last.items)}
         self.result.items_written += self._pending_items
         self._progress.advance(self._pending_items)
         self._pending, self._pending_items, self._current = [], 0, None
@@ -135,7 +141,10 @@ class Writer:
         if self._current is None or self._current.record.session_id != record.session_id:
             if len(self._pending) >= MAX_IDS_PER_QUERY:
                 await self.flush()
-            self._current = SessionWrite(record, replace=replace)
+            sid = record.session_id
+            self._current = SessionWrite(
+                record, replace=replace, expected_items=self._target_items.get(sid, 0)
+            )
             self._pending.append(self._current)
         return self._current
 
@@ -152,6 +161,7 @@ class Writer:
     async def session(self, src: SourceSession, existing: SessionState | None) -> None:
         """Bring one session of the target up to its source, as ``if_exists`` says."""
         self.result.sessions += 1
+        self._target_items[src.record.session_id] = 0 if existing is None else existing.item_count
         mode = self._if_exists
         if existing is None or mode == "append":
             await self._stream(src, existing, skip=0, replace=False)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from agents_memory import __version__
 from agents_memory._cli import _db, _sessions, _transfer
@@ -19,7 +20,50 @@ from agents_memory._cli._options import (
 )
 from agents_memory._cli._run import run
 
+_VALUED_GLOBALS = frozenset({"--url", "--sessions-table", "--messages-table"})
+_FLAG_GLOBALS = frozenset({"--debug"})
+
+
+def hoist_globals(args: list[str]) -> list[str]:
+    """Move the global options, wherever they were typed, in front of the command name.
+
+    The README promises ``--url``, ``--sessions-table``, ``--messages-table`` and
+    ``--debug`` before or after the command; commands that do not declare them
+    (``demo``, ``db history``) would otherwise answer "No such option". Moved in
+    order, so a later ``--url`` still wins. ``--`` ends the options.
+    """
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest += args[i:]
+            break
+        name = arg.split("=", 1)[0]
+        if name in _VALUED_GLOBALS and "=" in arg:
+            front.append(arg)
+        elif arg in _VALUED_GLOBALS and i + 1 < len(args):
+            front += [arg, args[i + 1]]
+            i += 1
+        elif arg in _FLAG_GLOBALS:
+            front.append(arg)
+        else:
+            rest.append(arg)
+        i += 1
+    return front + rest
+
+
+class _GlobalsAnywhere(TyperGroup):
+    """The root group: global options are accepted after the command name too."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # noqa: ANN401 - typer._click.Context
+        """Parse with the global options moved before the command (see :func:`hoist_globals`)."""
+        return super().parse_args(ctx, hoist_globals(args))
+
+
 app = typer.Typer(
+    cls=_GlobalsAnywhere,
     name="agents-memory",
     help="Operate an agents_memory store: conversation history for AI agents in SQL.",
     epilog=(

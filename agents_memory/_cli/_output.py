@@ -105,6 +105,12 @@ def show_progress(*, data_on_stdout: bool = False, json_output: bool = False) ->
     return data_on_stdout or _tty(sys.stdout)
 
 
+EXIT_INTERRUPTED = 130
+"""The exit code after Ctrl-C, as shells give a process ended by SIGINT (128 + 2)."""
+INTERRUPTED = "interrupted; run the same command again to finish (copy and import resume)"
+"""What Ctrl-C prints (on stderr, after ``error:``)."""
+
+
 @contextlib.contextmanager
 def progress(label: str, *, enabled: bool) -> Iterator[Progress]:
     """A progress reporter: a bar with counts and rate on stderr, or nothing."""
@@ -120,5 +126,27 @@ def progress(label: str, *, enabled: bool) -> Iterator[Progress]:
         TimeElapsedColumn(),
         TimeRemainingColumn(),
     )
-    with RichProgress(*columns, console=err()) as bar:
-        yield _Bar(bar, label)
+    # transient: stopping it erases it, so an error or the summary is never drawn under it
+    with RichProgress(*columns, console=err(), transient=True) as bar:
+        _live.append(bar)
+        try:
+            yield _Bar(bar, label)
+        except KeyboardInterrupt:
+            # Ctrl-C between the first drawing of the bar and the start of the work
+            # (run() handles it during the work): the same notice and exit code.
+            stop_progress()
+            err().print(Text.assemble(("error: ", "bold red"), INTERRUPTED), soft_wrap=True)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        finally:
+            if bar in _live:
+                _live.remove(bar)
+
+
+_live: list[RichProgress] = []
+"""The progress bar on screen, if any (one command draws at most one)."""
+
+
+def stop_progress() -> None:
+    """Erase the progress bar now: before an error message or the Ctrl-C notice."""
+    while _live:
+        _live.pop().stop()

@@ -15,17 +15,16 @@ from urllib.parse import quote_plus
 
 import typer
 from rich.text import Text
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from agents_memory._cli._options import globals_of, raw_url
-from agents_memory._cli._output import err
+from agents_memory._cli._output import EXIT_INTERRUPTED, INTERRUPTED, err, stop_progress
 from agents_memory._errors import AgentsMemoryError
+from agents_memory._urls import url_secrets
 
 T = TypeVar("T")
 
 EXIT_ERROR = 1
-EXIT_INTERRUPTED = 130
 _CHECK = "check --url and that the server is running"
 
 
@@ -70,12 +69,8 @@ def explain(exc: BaseException) -> str:
 def _passwords(urls: Iterable[str]) -> set[str]:
     found: set[str] = set()
     for url in urls:
-        try:
-            password = make_url(url).password
-        except (ArgumentError, ValueError):
-            continue
-        if password:
-            found |= {str(password), quote_plus(str(password))}
+        for secret in url_secrets(url):
+            found |= {secret, quote_plus(secret)}
     return found
 
 
@@ -101,13 +96,12 @@ def run(ctx: typer.Context, work: Coroutine[Any, Any, T], *, urls: Iterable[str]
     except (typer.Exit, typer.Abort, BrokenPipeError):
         raise  # click's own handling (a closed pipe, as in `… | head`, ends quietly)
     except KeyboardInterrupt:
+        stop_progress()
         if debug:
             raise
-        fail(
-            "interrupted; run the same command again to finish (copy and import resume)",
-            code=EXIT_INTERRUPTED,
-        )
+        fail(INTERRUPTED, code=EXIT_INTERRUPTED)
     except Exception as exc:
+        stop_progress()
         if debug:
             raise
         fail(scrub(explain(exc), known))

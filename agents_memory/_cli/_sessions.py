@@ -21,7 +21,7 @@ from agents_memory._cli._options import (
     wants_json,
 )
 from agents_memory._cli._output import json_text, out, plural, print_json, when
-from agents_memory._cli._render import describe
+from agents_memory._cli._render import MAX_TEXT, describe, shown_id
 from agents_memory._cli._run import run
 from agents_memory._sqlalchemy._metadata import FilterValue
 from agents_memory._sqlalchemy._store import MAX_PAGE_SIZE, _decode_cursor
@@ -109,7 +109,10 @@ def list_(
     if wants_json(ctx, json_):
         print_json(
             {
-                "sessions": [dataclasses.asdict(i) for i in page.sessions],
+                # no metadata is null, as in an export (one rule for every JSON output)
+                "sessions": [
+                    {**dataclasses.asdict(i), "metadata": i.metadata or None} for i in page.sessions
+                ],
                 "next_cursor": page.next_cursor,
             }
         )
@@ -129,7 +132,7 @@ def list_(
     for info in page.sessions:
         meta = json_text(info.metadata, indent=None) if info.metadata else ""
         times = when(info.created_at), when(info.updated_at)
-        table.add_row(info.session_id, str(info.item_count), *times, meta)
+        table.add_row(shown_id(info.session_id), str(info.item_count), *times, meta)
     console = out()
     with console.capture() as captured:
         console.print(table, markup=False)
@@ -152,6 +155,10 @@ def show(
     limit: Annotated[
         int | None, typer.Option(min=0, help="Only the latest N items.", show_default=False)
     ] = None,
+    full: Annotated[
+        bool,
+        typer.Option("--full", help=f"Show each item whole (else cut at {MAX_TEXT} characters)."),
+    ] = False,
     url: UrlOption = None,
     sessions_table: SessionsTableOption = None,
     messages_table: MessagesTableOption = None,
@@ -182,7 +189,7 @@ def show(
                 typer.echo(f"(the latest {limit} of {info.item_count})")
             number = t.first_number
             async for item in t.items:
-                typer.echo(f"{number:>4}. {describe(item)}")
+                typer.echo(f"{number:>4}. {describe(item, limit=None if full else MAX_TEXT)}")
                 number += 1
 
     run(ctx, show_it())
@@ -234,7 +241,10 @@ def stats(
                 "items": totals.items,
                 "oldest_created_at": totals.oldest_created_at,
                 "newest_updated_at": totals.newest_updated_at,
-                "largest": [{"session_id": s, "item_count": n} for s, n in totals.largest],
+                "largest": [
+                    {"session_id": s, "item_count": n, "bytes": b}
+                    for (s, n), b in zip(totals.largest, totals.largest_bytes, strict=True)
+                ],
             }
         )
         return
@@ -245,6 +255,6 @@ def stats(
     typer.echo(f"last updated   {when(totals.newest_updated_at)}")
     if totals.largest:
         typer.echo("largest sessions:")
-        width = max(len(s) for s, _ in totals.largest)
-        for sid, n in totals.largest:
-            typer.echo(f"  {sid:<{width}}  {plural(n, 'item')}")
+        width = max(len(shown_id(s)) for s, _ in totals.largest)
+        for (sid, n), size in zip(totals.largest, totals.largest_bytes, strict=True):
+            typer.echo(f"  {shown_id(sid):<{width}}  {plural(n, 'item')}, {plural(size, 'byte')}")

@@ -26,6 +26,7 @@ from agents_memory._cli._options import (
 )
 from agents_memory._cli._output import err, plural, print_json, progress, show_progress
 from agents_memory._cli._run import run
+from agents_memory._tables import TableNames
 
 BatchOption = Annotated[
     int,
@@ -177,6 +178,22 @@ def copy(
     ] = None,
     if_exists: IfExistsOption = IfExistsChoice.resume,
     batch: BatchOption = 1000,
+    to_sessions_table: Annotated[
+        str | None,
+        typer.Option(
+            "--to-sessions-table",
+            help="Sessions table in the target (default: the source's).",
+            show_default=False,
+        ),
+    ] = None,
+    to_messages_table: Annotated[
+        str | None,
+        typer.Option(
+            "--to-messages-table",
+            help="Messages table in the target (default: the source's).",
+            show_default=False,
+        ),
+    ] = None,
     url: UrlOption = None,
     sessions_table: SessionsTableOption = None,
     messages_table: MessagesTableOption = None,
@@ -190,7 +207,14 @@ def copy(
     the target already holds and finishes the job without duplicates.
     """
     source = target(ctx, from_ or url, sessions_table, messages_table)
-    dest = target_for_url(to, source.names, option="--to")
+    try:
+        dest_names = TableNames(
+            to_sessions_table or source.names.sessions, to_messages_table or source.names.messages
+        )
+    except (TypeError, ValueError) as exc:
+        hint = "'--to-sessions-table' / '--to-messages-table'"
+        raise typer.BadParameter(str(exc), param_hint=hint) from None
+    dest = target_for_url(to, dest_names, option="--to")
     as_json = wants_json(ctx, json_)
     mode: IfExists = if_exists.value
     with progress("copy", enabled=show_progress(json_output=as_json)) as bar:

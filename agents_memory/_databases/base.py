@@ -37,6 +37,7 @@ from sqlalchemy import (
     Table,
     bindparam,
     delete,
+    func,
     insert,
     select,
 )
@@ -501,6 +502,11 @@ class Database:
         return value
 
     @classmethod
+    def byte_length(cls, column: ColumnElement[Any]) -> ColumnElement[int]:
+        """The size in bytes of a text column's value (``stats``: how big a session is)."""
+        return func.octet_length(column)
+
+    @classmethod
     def stamp_type(cls, column_type: Any) -> Any:  # noqa: ANN401
         """The bind type for :meth:`stamp` values (the column's own, except SQLite's text)."""
         return column_type
@@ -524,6 +530,19 @@ class Database:
         raise NotImplementedError
 
     @classmethod
+    async def check_item_sizes(
+        cls,
+        conn: AsyncConnection,  # noqa: ARG003
+        statements: Statements,  # noqa: ARG003
+        data: Sequence[str],  # noqa: ARG003
+    ) -> None:
+        """Refuse encoded items the server could not take in one statement (none, by default).
+
+        The bulk path (copy, import) calls it before writing a batch, as ``add`` does.
+        """
+        return
+
+    @classmethod
     def rebuild_guard(cls, connection: Connection) -> contextlib.AbstractContextManager[None]:  # noqa: ARG003
         """What must hold around a migration that may rebuild tables (nothing, by default)."""
         return contextlib.nullcontext()
@@ -545,7 +564,8 @@ class Database:
         """What a driver error means.
 
         ``busy``, ``lost``, ``connect``, ``deadlock``, ``missing`` (a table or
-        column: the schema is not at head) or ``None`` (nothing we name).
+        column: the schema is not at head), ``notadb`` (a file that is not this
+        database's) or ``None`` (nothing we name).
         """
         return None
 

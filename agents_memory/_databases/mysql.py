@@ -46,7 +46,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import URL, Connection, Dialect, Engine
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agents_memory._codec import OnCorrupt, decode_row
 from agents_memory._databases import pool as driver_pool
@@ -327,20 +327,25 @@ class Operations(RowReads):
         await self._runner.close()
 
 
-def _mysql_json_types(value: MetadataFilterValue) -> tuple[str, ...]:
-    """The ``JSON_TYPE`` names a stored value may have to equal ``value`` (MariaDB's too)."""
-    if isinstance(value, bool):
-        return ("BOOLEAN",)
-    if isinstance(value, str):
-        return ("STRING",)
-    return ("INTEGER", "UNSIGNED INTEGER", "DOUBLE", "DECIMAL")
-
-
 class MySQL(Database):
     """MySQL 8 and MariaDB through asyncmy."""
 
     name: ClassVar[str] = "mysql"
     dialect_names: ClassVar[tuple[str, ...]] = ("mysql", "mariadb")
+
+    @classmethod
+    async def check_item_sizes(
+        cls, conn: AsyncConnection, statements: Statements, data: Sequence[str]
+    ) -> None:
+        """The ``ValueError`` naming ``max_allowed_packet`` that ``add_items`` gives.
+
+        Without it, an oversized item in a copy or import is sent anyway and the
+        server drops the connection ("lost the connection (2006)").
+        """
+        if statements.limits is None or not data:
+            return
+        limit = (await conn.execute(statements.limits)).scalar_one()
+        check_packet_size(data, int(limit))
 
     @classmethod
     def engine_defaults(cls, url: URL, kwargs: dict[str, Any]) -> None:  # noqa: ARG003
@@ -399,22 +404,22 @@ class MySQL(Database):
     def metadata_filter(
         cls, sessions: Table, wanted: Mapping[str, MetadataFilterValue]
     ) -> ColumnElement[bool]:
-        """``JSON_CONTAINS`` at each key's path, with ``JSON_TYPE`` pinning the kind of value.
+        """``JSON_CONTAINS`` of ``{key: value}`` at the root, and not of ``{key: []}``.
 
-        On a scalar, containment is JSON equality (exact strings, numbers by value);
-        the type check keeps ``True`` from matching ``1`` and a string from matching
-        an array that holds it (MySQL's containment looks inside arrays). Works on
-        MySQL's JSON type and on MariaDB's JSON-checked ``LONGTEXT`` alike.
+        Containment compares keys and values as JSON (exact strings, numbers by
+        value, ``true`` never ``1``, escaped and literal characters alike); the
+        second test drops a value that is an array (containment would look inside
+        it). No JSON path is built from the key: MariaDB's path parser refuses some
+        quoted keys (``$."-1"``) and compares others as written, so ``naïve`` missed
+        a document that stores it escaped. Works on MySQL's JSON type
+        and on MariaDB's JSON-checked ``LONGTEXT`` alike.
         """
         column = sessions.c["metadata"]
         conditions: list[ColumnElement[bool]] = []
         for key, value in wanted.items():
-            path = "$." + json.dumps(key, ensure_ascii=False)  # the key has no quote or backslash
-            kind = func.json_type(func.json_extract(column, path))
-            candidate = json.dumps(value, ensure_ascii=False)
             conditions += [
-                kind.in_(_mysql_json_types(value)),
-                func.json_contains(column, candidate, path) == 1,
+                func.json_contains(column, json.dumps({key: value})) == 1,
+                func.json_contains(column, json.dumps({key: []})) == 0,
             ]
         return and_(*conditions)
 

@@ -91,12 +91,7 @@ class DriverPool(Generic[C]):
             self._abort(lease.driver)
         if self._open < self._size:
             self._open += 1
-            try:
-                return await self._new()
-            except BaseException:
-                self._open -= 1
-                self._hand_over(None)
-                raise
+            return await self._connect()
         waiter: asyncio.Future[Lease[C] | None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
@@ -114,6 +109,33 @@ class DriverPool(Generic[C]):
         if handed is not None:
             return handed
         return await self.acquire()  # a slot was freed (a connection closed): open one
+
+    async def _connect(self) -> Lease[C]:
+        """A new connection for a slot already counted in ``_open``.
+
+        A connect is never cancelled half-way: asyncpg's TLS negotiation then
+        leaves a future failing with nobody to retrieve it ("Future exception was
+        never retrieved ... connection_lost", once per cancelled operation). A
+        caller cancelled meanwhile leaves; the connection, once made, is released.
+        """
+        connecting = asyncio.ensure_future(self._new())
+        try:
+            return await asyncio.shield(connecting)
+        except asyncio.CancelledError:
+            connecting.add_done_callback(self._connected_for_nobody)
+            raise
+        except BaseException:
+            self._open -= 1
+            self._hand_over(None)
+            raise
+
+    def _connected_for_nobody(self, connecting: asyncio.Future[Lease[C]]) -> None:
+        """Keep a connection whose caller was cancelled while it was being made."""
+        if connecting.cancelled() or connecting.exception() is not None:
+            self._open -= 1  # (the failure is retrieved here, so asyncio logs nothing)
+            self._hand_over(None)
+        else:
+            self.release(connecting.result())  # to a waiter, the idle ones, or closed
 
     def _hand_over(self, lease: Lease[C] | None) -> bool:
         """Give ``lease`` (or, ``None``, a free slot) to the longest waiter; False if none waits.

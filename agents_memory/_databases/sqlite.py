@@ -38,12 +38,14 @@ from sqlalchemy import (
     Column,
     ColumnElement,
     Executable,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     String,
     Table,
     and_,
     bindparam,
+    cast,
     event,
     exists,
     func,
@@ -80,6 +82,7 @@ T = TypeVar("T")
 
 _SQLITE_BUSY = 5
 _SQLITE_CANTOPEN = 14
+_SQLITE_NOTADB = 26
 BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite writer waits for another *process* holding the file's write lock."""
 
@@ -702,7 +705,14 @@ class SQLite(Database):
             return "missing"
         if code == _SQLITE_CANTOPEN:
             return "connect"
+        if code == _SQLITE_NOTADB:
+            return "notadb"
         return None
+
+    @classmethod
+    def byte_length(cls, column: ColumnElement[Any]) -> ColumnElement[int]:
+        """``length()`` of the UTF-8 bytes (``octet_length`` came only in SQLite 3.43)."""
+        return func.length(cast(column, LargeBinary))
 
     @classmethod
     def describe(cls, url: URL) -> str:

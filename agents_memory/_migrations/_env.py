@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 from collections.abc import Mapping
 
 from alembic.operations import Operations
 from alembic.runtime.environment import EnvironmentContext
+from alembic.util import CommandError
 from sqlalchemy.engine import Connection
 
+from agents_memory._migrations._preflight import check_tables
 from agents_memory._migrations._runner import (
     carry_on_legacy_lineage,
     lock,
@@ -23,7 +26,7 @@ from agents_memory._migrations._runner import (
     sqlite_foreign_keys_off,
 )
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
-from agents_memory._urls import DEFAULT_URL
+from agents_memory._urls import DEFAULT_URL, mask_url
 from agents_memory.migrations import _on_connection as on_connection
 
 URL_ENV = "AGENTS_MEMORY_URL"
@@ -51,22 +54,51 @@ def resolve_url(x_args: Mapping[str, str | None]) -> str:
     return x_args.get("url") or os.environ.get(URL_ENV) or DEFAULT_URL
 
 
-def _run_on(context: EnvironmentContext, connection: Connection, names: TableNames) -> None:
+X_KEYS = ("url", "sessions_table", "messages_table")
+"""The ``-x key=value`` arguments this environment reads."""
+
+_log = logging.getLogger("alembic.agents_memory")
+
+
+def _run_on(
+    context: EnvironmentContext, connection: Connection, names: TableNames, url: str
+) -> None:
     with sqlite_foreign_keys_off(connection):
         context.configure(connection=connection, **migration_opts(names))
         with context.begin_transaction(), lock(connection, names):
+            check_tables(connection, names)  # before the first DDL statement
             carry_on_legacy_lineage(Operations(context.get_context()), names)
+            before = context.get_context().get_current_revision()
             context.run_migrations()
+            after = context.get_context().get_current_revision()
+    moved = (
+        f"at {after or 'none'}" if before == after else f"{before or 'none'} -> {after or 'none'}"
+    )
+    _log.info("agents_memory tables %s/%s in %s: %s", names.sessions, names.messages, url, moved)
+
+
+def _check_x_keys(x_args: Mapping[str, str | None]) -> None:
+    """A misspelled ``-x`` key (``ur=…``) must not fall back to the default database."""
+    unknown = sorted(set(x_args) - set(X_KEYS))
+    if unknown:
+        msg = (
+            f"unknown -x argument {', '.join(unknown)}; this environment accepts "
+            f"{', '.join(f'-x {k}=…' for k in X_KEYS)} (before the command: "
+            "alembic -x url=… upgrade head)"
+        )
+        raise CommandError(msg)
 
 
 def run(context: EnvironmentContext) -> None:
     """Entry point of ``env.py``, online or offline (``--sql``)."""
     x_args = context.get_x_argument(as_dictionary=True)
+    _check_x_keys(x_args)
     names = resolve_names(x_args)
     if context.is_offline_mode():
         context.configure(url=resolve_url(x_args), literal_binds=True, **migration_opts(names))
         with context.begin_transaction():
             context.run_migrations()
     else:
-        run_on = functools.partial(_run_on, context, names=names)
-        asyncio.run(on_connection(resolve_url(x_args), run_on, commit=True))
+        url = resolve_url(x_args)
+        run_on = functools.partial(_run_on, context, names=names, url=mask_url(url))
+        asyncio.run(on_connection(url, run_on, commit=True))

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.types import TypeEngine
 
 from agents_memory._databases import database_for
+from agents_memory._migrations._preflight import check_tables
 from agents_memory._migrations._scripts import script_directory
 from agents_memory._tables import TableNames
 from agents_memory.models import get_models
@@ -121,5 +122,6 @@ def run_lineage(
             context.begin_transaction(),
             lock(connection, names),
         ):
+            check_tables(connection, names)  # before the first DDL statement
             carry_on_legacy_lineage(Operations(context), names)
             context.run_migrations()

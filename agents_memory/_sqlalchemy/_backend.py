@@ -35,6 +35,16 @@ from agents_memory._urls import mask_url
 
 T = TypeVar("T")
 
+MAX_SQL_INT = 2**63 - 1
+"""The largest count a SQL ``LIMIT`` takes (a signed 64-bit integer on every database)."""
+
+
+def check_sql_int(name: str, value: int) -> None:
+    """Refuse a count no database can bind, instead of a raw ``OverflowError``/``DBAPIError``."""
+    if value > MAX_SQL_INT:
+        msg = f"{name} must be at most {MAX_SQL_INT} (a 64-bit SQL integer), got {value}"
+        raise ValueError(msg)
+
 
 def _abandoned(engine: AsyncEngine, what: str) -> None:
     """A backend that owned its engine was collected without ``close()``: give everything back.
@@ -221,6 +231,8 @@ class Backend:
         """All items, or the latest ``limit`` valid ones, oldest first."""
         if limit == 0:
             return []
+        if limit is not None:
+            check_sql_int("limit", limit)
         return await self._run(lambda ops: self._get(ops, session_id, limit))
 
     async def _get(
@@ -259,6 +271,7 @@ class Backend:
         if batch_size < 1:
             msg = f"batch_size must be >= 1, got {batch_size}"
             raise ValueError(msg)
+        check_sql_int("batch_size", batch_size)
         after = -1
         while True:
             rows = await self._batch(session_id, after, batch_size)

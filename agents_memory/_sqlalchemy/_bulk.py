@@ -8,12 +8,18 @@ JSON and metadata rules as the protocol) before the first statement runs, and
 each batch is one transaction: an interrupted copy leaves whole batches only.
 
 The SQL is portable Core (select, then update or insert), so it needs no
-dialect-specific upsert; a copy is expected to be the only writer of the
-sessions it moves.
+dialect-specific upsert. Two copies or imports into one target may overlap: each
+batch takes the target table set's lock (the migration lock: a transaction-scoped
+advisory lock on Postgres, ``GET_LOCK`` on MySQL, the write lock on SQLite) and,
+under it, checks that each session still holds the number of items the writer
+expects; a session another writer changed meanwhile fails the batch
+(:class:`ConcurrentWriteError`) before anything of it is written, so no item is
+ever stored twice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import functools
@@ -34,11 +40,14 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import TypeEngine
 
 from agents_memory._codec import OnCorrupt, decode_row, encode_item
+from agents_memory._errors import AgentsMemoryError
 from agents_memory._ids import validate_session_id
-from agents_memory._sqlalchemy._backend import Backend
+from agents_memory._migrations._runner import lock as table_set_lock
+from agents_memory._sqlalchemy._backend import Backend, check_sql_int
 from agents_memory._sqlalchemy._metadata import validate_metadata
 from agents_memory._sqlalchemy._store import SessionStore
 from agents_memory._sqlalchemy._timestamps import naive_utc
@@ -47,6 +56,10 @@ from agents_memory.models import get_models
 
 MAX_IDS_PER_QUERY = 1000
 """Most session ids one ``IN (...)`` carries; far below every backend's parameter limit."""
+
+
+class ConcurrentWriteError(AgentsMemoryError):
+    """Another writer changed a session of the batch between the read and the write."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -101,6 +114,9 @@ class SessionWrite:
     items: list[ItemRecord] = dataclasses.field(default_factory=list)
     replace: bool = False
     """Delete the session's existing items first (in the same transaction)."""
+    expected_items: int | None = None
+    """How many items the writer believes the target holds for this session before the write;
+    checked under the target's lock (``None``: not checked)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -109,6 +125,7 @@ class _Statements:
     last_rows: Select[Any]
     rows_after: Select[Any]
     existing: Select[Any]
+    counts: Select[Any]
     insert_session: Insert
     update_session: Update
     insert_message: Insert
@@ -140,6 +157,9 @@ def _statements(names: TableNames, db: Any) -> _Statements:  # noqa: ANN401 - ty
         .order_by(m.c.id)
         .limit(bindparam("n")),
         existing=select(s.c.session_id).where(s.c.session_id.in_(ids)),
+        counts=select(m.c.session_id, func.count())
+        .where(m.c.session_id.in_(ids))
+        .group_by(m.c.session_id),
         insert_session=insert(s).values(session_id=bindparam("b_sid"), **row),
         update_session=update(s).where(s.c.session_id == bindparam("b_sid")).values(**row),
         insert_message=insert(m).values(
@@ -204,6 +224,7 @@ class Bulk:
         if batch_size < 1:
             msg = f"batch_size must be >= 1, got {batch_size}"
             raise ValueError(msg)
+        check_sql_int("batch_size", batch_size)
         after = -1
         while True:
             params = {"sid": session_id, "after": after, "n": batch_size}
@@ -265,20 +286,87 @@ class Bulk:
             msg = f"at most {MAX_IDS_PER_QUERY} sessions per batch, got {len(writes)}"
             raise ValueError(msg)
         sessions, messages, replaced = self._params(writes)
+        names = self._backend.names
+        held = contextlib.ExitStack()
+        # The lock is taken first in the transaction and let go only after the commit
+        # (MySQL's GET_LOCK outlives transactions): the next writer's check sees this batch.
+        async with self._backend._connection(write=True, begin=False) as conn:  # noqa: SLF001
+            await conn.run_sync(lambda sync: held.enter_context(table_set_lock(sync, names)))
+            failed = True
+            try:
+                await self._check_sizes(conn, messages)
+                await self._check_expected(conn, writes)
+                await self._write_locked(conn, sessions, messages, replaced)
+                await conn.commit()
+                failed = False
+            finally:
+                try:
+                    await conn.run_sync(lambda _sync: held.close())
+                except Exception:
+                    # The batch's own error comes first; a connection that broke with it is
+                    # discarded, and the server lets go of a lock its connection held.
+                    if not failed:
+                        raise
+
+    async def _check_sizes(self, conn: AsyncConnection, messages: list[dict[str, Any]]) -> None:
+        """The database's item size limit (MySQL's packet), named as ``add_items`` names it."""
+        db, st = self._backend.db, self._backend.st
+        try:
+            await db.check_item_sizes(conn, st, [m["b_data"] for m in messages])
+        except ValueError:
+            # find the session and its item number for the message (the error path only)
+            by_session: dict[str, list[str]] = {}
+            for m in messages:
+                by_session.setdefault(m["b_sid"], []).append(m["b_data"])
+            for sid, data in by_session.items():
+                try:
+                    await db.check_item_sizes(conn, st, data)
+                except ValueError as exc:
+                    raise ValueError(
+                        f"session {sid!r}: {exc}; nothing of this batch was written"
+                    ) from None
+            raise
+
+    async def _check_expected(self, conn: AsyncConnection, writes: Sequence[SessionWrite]) -> None:
+        """Refuse the batch if a session's item count is not what the writer read."""
+        checked = {w.record.session_id: w.expected_items for w in writes}
+        checked = {sid: n for sid, n in checked.items() if n is not None}
+        if not checked:
+            return
+        rows = (await conn.execute(self._st.counts, {"ids": list(checked)})).all()
+        counts = {sid: int(n) for sid, n in rows}
+        changed = [sid for sid, n in checked.items() if counts.get(sid, 0) != n]
+        if changed:
+            sid = changed[0]
+            msg = (
+                f"session {sid!r} in the target changed while this run was writing it "
+                f"(it holds {counts.get(sid, 0)} items, {checked[sid]} expected): another "
+                "copy or import is writing into the same tables; nothing of this batch was "
+                "written. Let the other run finish, then run this one again (with "
+                "--if-exists resume it continues where the target is)"
+            )
+            raise ConcurrentWriteError(msg)
+
+    async def _write_locked(
+        self,
+        conn: AsyncConnection,
+        sessions: list[dict[str, Any]],
+        messages: list[dict[str, Any]],
+        replaced: list[str],
+    ) -> None:
         st = self._st
-        async with self._backend.transaction() as conn:
-            if replaced:
-                await conn.execute(st.delete_messages, {"ids": replaced})
-            ids = [p["b_sid"] for p in sessions]
-            existing = set((await conn.execute(st.existing, {"ids": ids})).scalars())
-            updates = [p for p in sessions if p["b_sid"] in existing]
-            inserts = [p for p in sessions if p["b_sid"] not in existing]
-            if updates:
-                await conn.execute(st.update_session, updates)
-            if inserts:
-                await conn.execute(st.insert_session, inserts)
-            if messages:
-                await conn.execute(st.insert_message, messages)
+        if replaced:
+            await conn.execute(st.delete_messages, {"ids": replaced})
+        ids = [p["b_sid"] for p in sessions]
+        existing = set((await conn.execute(st.existing, {"ids": ids})).scalars())
+        updates = [p for p in sessions if p["b_sid"] in existing]
+        inserts = [p for p in sessions if p["b_sid"] not in existing]
+        if updates:
+            await conn.execute(st.update_session, updates)
+        if inserts:
+            await conn.execute(st.insert_session, inserts)
+        if messages:
+            await conn.execute(st.insert_message, messages)
 
 
 def bulk_for(store: SessionStore, *, on_corrupt: OnCorrupt = "skip") -> Bulk:

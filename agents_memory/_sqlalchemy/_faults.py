@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import random
 from collections.abc import Iterator
+from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agents_memory._databases import Database, database_for
-from agents_memory._errors import DatabaseBusyError, DatabaseConnectionError
+from agents_memory._errors import AgentsMemoryError, DatabaseBusyError, DatabaseConnectionError
 
 DEADLOCK_RETRIES = 5
 """How many times an operation chosen as a deadlock victim is run again before giving up."""
@@ -83,35 +84,51 @@ def connection_errors(engine: AsyncEngine) -> Iterator[None]:
         )
         raise DatabaseConnectionError(msg) from exc
     except (DBAPIError, OSError) as exc:
+        if isinstance(exc, AgentsMemoryError):
+            raise  # typed already (DatabaseConnectionError is an OSError): never wrapped twice
         db = database_for(engine.dialect.name)
         kind = _classify(exc, db)
         if kind is None:
             raise
-        cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
-        reason = _reason(cause, engine.url.password)
-        where = _where(engine)
-        if kind == "busy":
-            msg = (
-                f"{where} stayed locked by another connection or process for longer than its "
-                f"busy timeout ({reason}); nothing was written, so the operation can be retried. "
-                "Many processes writing one SQLite file at full speed starve each other; use "
-                "one process per file, or Postgres"
-            )
-            raise DatabaseBusyError(msg) from exc
-        if kind == "lost":
-            msg = (
-                f"lost the connection to {where} during the operation ({reason}); it was "
-                "applied completely or not at all, so check with get_items() before retrying "
-                "a write. The next call uses a fresh connection."
-            )
-        elif (advice := db.cannot_open_advice()) is not None:
-            msg = f"cannot open {where} ({reason}); {advice}"
-        else:
-            msg = (
-                f"cannot connect to {where}: {reason}. Check that the server is running and "
-                "reachable, and the URL's host, port, database name and credentials"
-            )
-        raise DatabaseConnectionError(msg) from exc
+        raise _typed(exc, kind, engine, db) from exc
+
+
+def _typed(
+    exc: BaseException, kind: str, engine: AsyncEngine, db: type[Database]
+) -> DatabaseBusyError | DatabaseConnectionError:
+    """The typed error for a driver error of ``kind``, its message naming the next step."""
+    cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    reason = _reason(cause, engine.url.password)
+    where = _where(engine)
+    if kind == "busy":
+        msg = (
+            f"{where} stayed locked by another connection or process for longer than its "
+            f"busy timeout ({reason}); nothing was written, so the operation can be retried. "
+            "Many processes writing one SQLite file at full speed starve each other; use "
+            "one process per file, or Postgres"
+        )
+        return DatabaseBusyError(msg)
+    if kind == "notadb":
+        msg = (
+            f"cannot open {where}: the file is not a database ({reason}); check the path in "
+            "the URL: it must name a database file, or a path where none exists yet"
+        )
+    elif kind == "lost":
+        msg = (
+            f"lost the connection to {where} during the operation ({reason}); it was "
+            "applied completely or not at all, so check with get_items() before retrying "
+            "a write. The next call uses a fresh connection."
+        )
+    elif (advice := db.cannot_open_advice()) is not None:
+        if engine.url.database and Path(engine.url.database).is_dir():
+            advice = "it is a directory: give the path of a database file (in it, say)"
+        msg = f"cannot open {where} ({reason}); {advice}"
+    else:
+        msg = (
+            f"cannot connect to {where}: {reason}. Check that the server is running and "
+            "reachable, and the URL's host, port, database name and credentials"
+        )
+    return DatabaseConnectionError(msg)
 
 
 def _deadlocked(exc: DBAPIError, db: type[Database]) -> bool:

@@ -25,6 +25,10 @@ def validate_metadata(metadata: object) -> dict[str, Any]:
     Metadata lives in a JSON column, which is stricter than an item's text:
     Postgres' JSONB refuses NUL characters and lone surrogates, MySQL/MariaDB
     refuse lone surrogates. Such strings are refused up front on every backend.
+    JSONB also keeps numbers as decimals and writes them back without exponent:
+    a float Python writes with a positive exponent (``1e16`` and up, such as
+    ``2.5e30``) comes back as an int (``1e308`` as ``10**308``). Those floats
+    are refused too, on every backend, so a store can be copied anywhere.
     """
     encode_item(metadata, index=0)
     assert isinstance(metadata, dict)  # noqa: S101 - encode_item raised otherwise
@@ -37,7 +41,18 @@ def validate_metadata(metadata: object) -> dict[str, Any]:
             stack += value
         elif isinstance(value, str):
             _check_json_text(value)
+        elif isinstance(value, float):
+            _check_json_float(value)
     return dict(metadata)
+
+
+def _check_json_float(value: float) -> None:
+    if "e+" in repr(value):
+        msg = (
+            f"metadata number {value!r} cannot be stored exactly (Postgres' JSONB gives a float "
+            "this large back as an integer); store it as an int or as a string"
+        )
+        raise ValueError(msg)
 
 
 def _check_json_text(value: str) -> None:

@@ -6,6 +6,7 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 
 from sqlalchemy import inspect
 from sqlalchemy.engine import URL, Connection, Engine
@@ -17,8 +18,15 @@ from agents_memory._codec import logger
 from agents_memory._databases import database_for
 from agents_memory._errors import SchemaNotReadyError
 from agents_memory._locking import LoopSpanningLock
+from agents_memory._migrations._preflight import (
+    TableMismatchError,
+    explain,
+    list_sets,
+    mismatches,
+    table_sets,
+)
 from agents_memory._tables import TableNames
-from agents_memory._urls import mask_url
+from agents_memory._urls import mask_url, sqlite_file
 
 
 def upgrade_command(url: str | URL, names: TableNames) -> str:
@@ -58,8 +66,22 @@ _locks: weakref.WeakKeyDictionary[Engine, LoopSpanningLock] = weakref.WeakKeyDic
 _locks_guard = threading.Lock()
 
 
-def _not_ready(engine: AsyncEngine, names: TableNames, at: str | None, head: str) -> str:
+def _not_ready(
+    engine: AsyncEngine,
+    names: TableNames,
+    at: str | None,
+    head: str,
+    others: list[tuple[str, str]] | None = None,
+) -> str:
     where = f"{names.sessions}/{names.messages} in {mask_url(engine.url)}"
+    if at is None and others:
+        # Most likely a misspelled name: point at what exists before offering new tables.
+        return (
+            f"the agents_memory schema ({where}) has not been created; table-name sets that "
+            f"exist there: {list_sets(others)}. Check --sessions-table/--messages-table (or "
+            "sessions_table=/messages_table=); to create new, empty tables under these "
+            f"names, run `{upgrade_command(engine.url, names)}`"
+        )
     if at is None:
         state = f"the agents_memory schema ({where}) has not been created or migrated"
     elif at not in {r.revision for r in migrations.history()}:
@@ -94,8 +116,10 @@ async def ensure_schema(engine: AsyncEngine, names: TableNames, *, create: bool)
         if create:
             await migrations.upgrade(engine, **kwargs)
         else:
+            _require_file(engine, names)
             at = await migrations.current(engine, **kwargs)
-            if at is None and await _unversioned_tables_exist(engine, names):
+            others = await _inspect_unversioned(engine, names) if at is None else []
+            if at is None and others is None:
                 # Written by the seed's SQLiteSession or the Agents SDK: read it as it is.
                 logger.warning(
                     "the agents_memory tables %s/%s in %s were created without migrations; "
@@ -106,14 +130,44 @@ async def ensure_schema(engine: AsyncEngine, names: TableNames, *, create: bool)
                     upgrade_command(engine.url, names),
                 )
             elif at != head:
-                raise SchemaNotReadyError(_not_ready(engine, names, at, head))
+                raise SchemaNotReadyError(_not_ready(engine, names, at, head, others))
         _ready.setdefault(sync_engine, set()).add(names)
 
 
-async def _unversioned_tables_exist(engine: AsyncEngine, names: TableNames) -> bool:
-    def check(connection: Connection) -> bool:
+def _require_file(engine: AsyncEngine, names: TableNames) -> None:
+    """A read of a SQLite file that does not exist fails without creating it.
+
+    Opening the file to look for tables would leave an empty ``memory.db`` behind
+    a failed first run; the next step is the same command either way.
+    """
+    path = sqlite_file(engine.url)
+    # (a missing directory is left to the connect, whose error says to create it)
+    if path is not None and not Path(path).exists() and Path(path).parent.is_dir():
+        msg = (
+            f"the agents_memory schema ({names.sessions}/{names.messages} in "
+            f"{mask_url(engine.url)}) has not been created: there is no database file at "
+            f"{path}; run `{upgrade_command(engine.url, names)}` (or pass create_tables=True)"
+        )
+        raise SchemaNotReadyError(msg)
+
+
+async def _inspect_unversioned(
+    engine: AsyncEngine, names: TableNames
+) -> list[tuple[str, str]] | None:
+    """Never migrated: ``None`` if usable tables of ``names`` exist, else the sets that do exist.
+
+    Tables that exist in the wrong roles (swapped names) raise
+    :class:`TableMismatchError`, as ``upgrade`` would, instead of being used.
+    """
+
+    def look(connection: Connection) -> list[tuple[str, str]] | None:
         insp = inspect(connection)
-        return insp.has_table(names.sessions) and insp.has_table(names.messages)
+        problems = mismatches(insp, names)
+        if problems:
+            raise TableMismatchError(explain(insp, names, problems))
+        if insp.has_table(names.sessions) and insp.has_table(names.messages):
+            return None
+        return table_sets(insp, near=names)
 
     async with engine.connect() as conn:
-        return await conn.run_sync(check)
+        return await conn.run_sync(look)

@@ -7,7 +7,7 @@ import datetime as dt
 
 from sqlalchemy import func, select
 
-from agents_memory._sqlalchemy._backend import Backend
+from agents_memory._sqlalchemy._backend import Backend, check_sql_int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -22,6 +22,8 @@ class StoreStats:
     """When a session was last written to (``None`` for an empty store)."""
     largest: list[tuple[str, int]]
     """``(session_id, item_count)`` of the largest sessions, biggest first."""
+    largest_bytes: list[int] = dataclasses.field(default_factory=list)
+    """The size of each of ``largest`` in bytes: its items as stored (JSON text), in order."""
 
 
 async def store_stats(backend: Backend, *, largest: int) -> StoreStats:
@@ -29,11 +31,13 @@ async def store_stats(backend: Backend, *, largest: int) -> StoreStats:
     if isinstance(largest, bool) or not isinstance(largest, int) or largest < 0:
         msg = f"largest must be a non-negative int, got {largest!r}"
         raise ValueError(msg)
+    check_sql_int("largest", largest)
     s, m = backend.st.sessions.c, backend.st.messages.c
     totals = select(func.count(), func.min(s.created_at), func.max(s.updated_at))
     n_items = func.count().label("n")
+    size = func.coalesce(func.sum(backend.db.byte_length(m.message_data)), 0)
     top = (
-        select(m.session_id, n_items)
+        select(m.session_id, n_items, size)
         .group_by(m.session_id)
         .order_by(n_items.desc(), m.session_id)
         .limit(largest)
@@ -47,5 +51,6 @@ async def store_stats(backend: Backend, *, largest: int) -> StoreStats:
         items=int(items or 0),
         oldest_created_at=oldest,
         newest_updated_at=newest,
-        largest=[(str(sid), int(n)) for sid, n in biggest],
+        largest=[(str(sid), int(n)) for sid, n, _ in biggest],
+        largest_bytes=[int(b) for _, _, b in biggest],
     )

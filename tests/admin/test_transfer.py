@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import AsyncIterator
 
@@ -133,3 +134,31 @@ async def test_bad_options_are_refused(store: SessionStore) -> None:
         await transfer(pages([]), bulk_for(store), batch_size=0)
     with pytest.raises(ValueError, match="if_exists"):
         await transfer(pages([]), bulk_for(store), batch_size=1, if_exists="merge")  # type: ignore[arg-type]
+
+
+async def test_overlapping_transfers_never_duplicate(file_backend, names) -> None:
+    """Two runs into one target that read it before either wrote: one stops, none duplicates."""
+    from agents_memory._sqlalchemy._bulk import ConcurrentWriteError  # noqa: PLC0415
+
+    kw = {"sessions_table": names.sessions, "messages_table": names.messages}
+    data = {"a": items("a", 35), "b": items("b", 20), "c": items("c", 5)}
+    first = SessionStore.from_url(file_backend.url, create_tables=True, **kw)
+    second = SessionStore.from_url(file_backend.url, **kw)
+    try:
+        await first.stats()  # the schema, before both runs start
+        outcomes = await asyncio.gather(
+            transfer(pages(source(data)), bulk_for(first), batch_size=10),
+            transfer(pages(source(data)), bulk_for(second), batch_size=10),
+            return_exceptions=True,
+        )
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        assert all(isinstance(o, ConcurrentWriteError) for o in failed), failed
+        assert failed, "both runs read an empty target first; the second writer must stop"
+        assert "another copy or import" in str(failed[0])
+        assert all(len(v) <= len(data[k]) for k, v in (await stored(first)).items())
+        # a re-run finishes the job, still without duplicating anything
+        await transfer(pages(source(data)), bulk_for(second), batch_size=10)
+        assert await stored(first) == data
+    finally:
+        await first.close()
+        await second.close()

@@ -123,3 +123,87 @@ async def test_copy_masks_passwords(cli, store, password: str) -> None:
     result = await cli("copy", "--to", url, code=1)
     assert password not in result.output
     assert quote_plus(password) not in result.output
+
+
+async def test_overlapping_copies_never_duplicate(cli, sqlite_source: str) -> None:
+    """Two `copy` processes into one target at once: each ends cleanly, nothing is duplicated."""
+    source = sqlite_source
+    args = ["--sessions-table", cli.names.sessions, "--messages-table", cli.names.messages]
+    await cli("db", "upgrade")  # both runs start on a migrated target
+    procs = [
+        await asyncio.create_subprocess_exec(
+            BIN,
+            *args,
+            *["copy", "--from", source, "--to", cli.url, "--batch", "20"],
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
+    outputs = [await asyncio.wait_for(p.communicate(), timeout=240) for p in procs]
+    for proc, (_out, errors) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0 or (
+            proc.returncode == 1 and b"another copy or import is writing" in errors
+        ), errors.decode()
+    engine = create_engine(cli.url)
+    try:
+        assert await count_items(engine, cli.names) <= SESSIONS * ITEMS
+    finally:
+        await engine.dispose()
+    await cli("copy", "--from", source, "--to", cli.url)  # finishes whatever stopped
+    assert await snapshot(cli.url, cli.names) == await snapshot(source, cli.names)
+
+
+async def test_copy_into_other_table_names(cli, store, sqlite_source: str) -> None:
+    """--to-sessions-table/--to-messages-table: the target's own names, even in one database."""
+    from sqlalchemy import MetaData, Table  # noqa: PLC0415
+    from sqlalchemy.schema import DropTable  # noqa: PLC0415
+
+    from agents_memory import TableNames  # noqa: PLC0415
+
+    await store.stats()  # the source's names exist in the target database too
+    other = TableNames(f"{cli.names.sessions}_to", f"{cli.names.messages}_to")
+    to = ["--to-sessions-table", other.sessions, "--to-messages-table", other.messages]
+    try:
+        result = await cli.json("copy", "--from", sqlite_source, "--to", cli.url, *to)
+        assert result["items_written"] == SESSIONS * ITEMS
+        assert await snapshot(cli.url, other) == await snapshot(sqlite_source, cli.names)
+        assert await snapshot(cli.url, cli.names) == []  # the source's names were left alone
+        # the same database with the same names is still refused
+        same = await cli("copy", "--to", cli.url, "--to-sessions-table", cli.names.sessions, code=1)
+        assert "the same store" in same.stderr
+        bad = await cli("copy", "--to", cli.url, "--to-messages-table", "x" * 300, code=2)
+        assert "--to-sessions-table" in bad.stderr or "--to-messages-table" in bad.stderr
+    finally:
+        engine = create_engine(cli.url)
+        try:
+            async with engine.begin() as conn:
+                for table in (other.messages, other.sessions, other.version_table):
+                    await conn.execute(DropTable(Table(table, MetaData()), if_exists=True))
+        finally:
+            await engine.dispose()
+
+
+async def test_copy_of_an_item_past_max_allowed_packet(cli, file_backend, tmp_path: Path) -> None:
+    """MariaDB target: add_items' ValueError naming max_allowed_packet; nothing written."""
+    if file_backend.kind != "mysql":
+        pytest.skip("max_allowed_packet is MySQL/MariaDB's limit")
+    from sqlalchemy import text  # noqa: PLC0415
+
+    engine = create_engine(cli.url)
+    try:
+        async with engine.connect() as conn:
+            limit = int((await conn.execute(text("SELECT @@max_allowed_packet"))).scalar_one())
+    finally:
+        await engine.dispose()
+    source = f"sqlite+aiosqlite:///{tmp_path / 'big.db'}"
+    kw = {"sessions_table": cli.names.sessions, "messages_table": cli.names.messages}
+    async with SessionStore.from_url(source, create_tables=True, **kw) as store:
+        await store.session("small").add_items([{"content": "ok"}])
+        await store.session("zbig").add_items([{"content": "x" * (limit + 1000)}])
+    result = await cli("copy", "--from", source, "--to", cli.url, "--batch", "10", code=1)
+    assert "session 'zbig'" in result.stderr
+    assert "max_allowed_packet" in result.stderr
+    assert "lost the connection" not in result.stderr
+    async with SessionStore.from_url(cli.url, **kw) as target:
+        assert await target.session("zbig").get_items() == []

@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 import shlex
 
-from agents_memory import migrations
+from sqlalchemy import inspect
+
+from agents_memory import create_engine, migrations
 
 HEAD = migrations.head()
 
@@ -62,3 +64,27 @@ async def test_schema_not_ready_names_a_command_that_works(cli, file_backend) ->
     assert "--sessions-table" in args
     await cli.raw(*args)
     assert (await cli.json("sessions", "list"))["sessions"] == []
+
+
+async def test_swapped_names_upgrade_and_check_agree(cli, store) -> None:
+    """Swapped --sessions-table/--messages-table: upgrade and check give one message, exit 1."""
+    from agents_memory import TableNames  # noqa: PLC0415
+
+    await store.session("a").add_items([{"n": 1}])
+    swapped = ["--sessions-table", cli.names.messages, "--messages-table", cli.names.sessions]
+    up = await cli.raw("db", "upgrade", "--url", cli.url, *swapped)
+    check = await cli.raw("db", "check", "--url", cli.url, *swapped)
+    assert (up.exit_code, check.exit_code) == (1, 1)
+    # the same words (the list of other sets may change meanwhile: parallel runs share servers)
+    assert up.stderr.split("table-name sets")[0] == check.stderr.split("table-name sets")[0]
+    assert "the names look swapped: use --sessions-table" in up.stderr
+    assert "nothing was changed" in up.stderr
+    assert "db upgrade" not in up.stderr  # no advice that loops back here
+    assert await store.session("a").get_items() == [{"n": 1}]
+    engine = create_engine(cli.url)
+    try:
+        version = TableNames(cli.names.messages, cli.names.sessions).version_table
+        async with engine.connect() as conn:
+            assert not await conn.run_sync(lambda c: inspect(c).has_table(version))
+    finally:
+        await engine.dispose()

@@ -139,3 +139,21 @@ async def test_export_named_sessions(cli, store, tmp_path: Path) -> None:
     assert "no session 'missing'" in result.stderr
     assert not path.exists()
     assert not [p.name for p in tmp_path.iterdir() if "never" in p.name]  # noqa: ASYNC240
+
+
+async def test_a_gzip_file_says_how_to_feed_it(cli, store, tmp_path) -> None:
+    """`import x.jsonl.gz`: exit 1 naming `gunzip -c … | agents-memory import -`, which works."""
+    import gzip  # noqa: PLC0415
+
+    await store.session("g").add_items([{"n": 1}])
+    plain = tmp_path / "backup.jsonl"
+    await cli("export", "-o", str(plain))
+    packed = tmp_path / "backup.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    await store.session("g").clear_session()
+    result = await cli("import", str(packed), code=1)
+    assert f"gunzip -c {packed} | agents-memory import -" in result.stderr
+    assert "UTF-8" not in result.stderr
+    fed = gzip.decompress(packed.read_bytes()).decode()  # what `gunzip -c` pipes in
+    await cli("import", "-", input=fed)
+    assert await store.session("g").get_items() == [{"n": 1}]

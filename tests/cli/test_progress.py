@@ -49,3 +49,38 @@ async def test_copy_draws_a_bar_on_a_terminal_only(cli, sqlite_source: str) -> N
     assert stderr == b""
     assert stdout.count(b"\n") == 1
     assert b"items/s" not in stdout
+
+
+async def test_ctrl_c_erases_the_bar_then_says_so_and_exits_130(cli, sqlite_source: str) -> None:
+    """Ctrl-C during a copy on a terminal: the bar is erased first, then one line, exit 130."""
+    import select  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    args = [*cli.store_args, "copy", "--from", sqlite_source, "--to", cli.url, "--batch", "5"]
+    env = {**os.environ, "COLUMNS": "160", "TERM": "xterm"}
+    leader, follower = pty.openpty()
+    proc = await asyncio.create_subprocess_exec(
+        BIN, *args, stdin=follower, stdout=follower, stderr=follower, env=env
+    )
+    # The follower stays open here until the end: once every holder of it has closed,
+    # Linux may drop what the child wrote last before it is read.
+    seen = b""
+    while b"items/s" not in seen:  # the bar is on screen
+        chunk = await asyncio.to_thread(os.read, leader, 65536)
+        assert chunk, seen
+        seen += chunk
+    proc.send_signal(signal.SIGINT)
+    code = await asyncio.wait_for(proc.wait(), timeout=60)
+    while select.select([leader], [], [], 0.5)[0]:  # drain what is left
+        seen += os.read(leader, 65536)
+    os.close(follower)
+    os.close(leader)
+    screen = seen.decode("utf-8", "replace")
+    assert code == 130, screen
+    assert "interrupted; run the same command again" in screen, repr(screen[-700:])
+    notice = screen.index("interrupted; run the same command again")
+    after = screen[notice:]
+    assert "items/s" not in after  # nothing of the bar is drawn after the message
+    erase = screen.rfind("\x1b[2K", 0, notice)  # rich erases its lines when it stops
+    assert erase != -1, repr(screen[-400:])
+    assert "items/s" not in screen[erase:notice]

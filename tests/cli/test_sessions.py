@@ -115,7 +115,10 @@ async def test_stats(cli, store) -> None:
         "items": 15,
         "oldest_created_at": T0.isoformat(),
         "newest_updated_at": (T0 + dt.timedelta(minutes=4)).isoformat(),
-        "largest": [{"session_id": "s4", "item_count": 5}, {"session_id": "s3", "item_count": 4}],
+        "largest": [
+            {"session_id": "s4", "item_count": 5, "bytes": 160},
+            {"session_id": "s3", "item_count": 4, "bytes": 128},
+        ],
     }
     text = (await cli("sessions", "stats")).stdout
     assert "sessions       5" in text
@@ -128,3 +131,49 @@ async def test_global_json_flag(cli, store) -> None:
     await seed(store)
     result = await cli.raw("--json", *cli.store_args, "sessions", "stats")
     assert json.loads(result.stdout)["items"] == 15
+
+
+async def test_show_cuts_huge_items_unless_full(cli, store) -> None:
+    """A 1 MB item prints as one short line with a marker; --full prints it whole."""
+    big = "x" * 1_000_000
+    await store.session("big").add_items([{"role": "user", "content": big}])
+    short = await cli("sessions", "show", "big")
+    [line] = [line for line in short.stdout.splitlines() if line.lstrip().startswith("1.")]
+    assert len(line) < 1200
+    assert "999,000 more characters; --full shows all]" in line
+    full = await cli("sessions", "show", "big", "--full")
+    assert big in full.stdout
+
+
+async def test_ids_that_differ_by_spaces_are_shown_quoted(cli, store) -> None:
+    """'a' and 'a ' are two sessions: the listing quotes the one a reader could not tell apart."""
+    await store.session("a").add_items([{"n": 1}])
+    await store.session("a ").add_items([{"n": 2}])
+    listed = (await cli("sessions", "list")).stdout.splitlines()
+    assert any(line.startswith("'a '") for line in listed), listed
+    assert any(line.startswith("a ") and not line.startswith("a  '") for line in listed)
+    stats = (await cli("sessions", "stats")).stdout
+    assert "'a '" in stats
+
+
+async def test_no_metadata_is_null_in_every_json_output(cli, store, tmp_path) -> None:
+    """Sessions list --json and export agree: a session without metadata has metadata null."""
+    await store.session("plain").add_items([{"n": 1}])
+    listed = await cli.json("sessions", "list")
+    assert [s["metadata"] for s in listed["sessions"]] == [None]
+    out = tmp_path / "e.jsonl"
+    await cli("export", "-o", str(out))
+    header = json.loads(out.read_text().splitlines()[0])
+    assert header["metadata"] is None
+
+
+async def test_stats_gives_the_largest_sessions_size_in_bytes(cli, store) -> None:
+    """Stats names each largest session's size in bytes (UTF-8, as stored), text and JSON."""
+    from agents_memory._codec import encode_item  # noqa: PLC0415
+
+    items = [{"role": "user", "content": "héllo ☔"}, {"role": "assistant", "content": "ok"}]
+    await store.session("s").add_items(items)
+    size = sum(len(encode_item(item, index=0).encode()) for item in items)
+    totals = await cli.json("sessions", "stats")
+    assert totals["largest"] == [{"session_id": "s", "item_count": 2, "bytes": size}]
+    assert f"2 items, {size} bytes" in (await cli("sessions", "stats")).stdout

@@ -180,7 +180,7 @@ def test_wheel_ships_and_runs_the_migrations(tmp_path: Path) -> None:
         asyncio.run(main())
         """
     )
-    # Without PYTHONPATH: a source tree on it would shadow the installed wheel.
+    # (an empty PYTHONPATH: a source checkout on it would shadow the wheel under test)
     out = run(py, "-c", script, cwd=tmp_path, env={"PYTHONPATH": ""}).splitlines()
     assert out[0].startswith(str(site))
     assert out[1] == str(site / "agents_memory" / "_alembic")
@@ -188,3 +188,54 @@ def test_wheel_ships_and_runs_the_migrations(tmp_path: Path) -> None:
     assert out[3] == f"{migrations.head()} []"
     assert (site / "agents_memory" / "py.typed").is_file()
     assert (venv / "bin" / "agents-memory").is_file()
+
+
+@pytest.mark.skipif(not (REPO / "alembic.ini").is_file(), reason="needs the source checkout")
+def test_plain_alembic_refuses_unknown_x_keys_and_logs_what_it_did(tmp_path: Path) -> None:
+    """`-x ur=…` (a typo) fails listing the accepted keys; a success names the database."""
+    ini = str(REPO / "alembic.ini")
+    cmd = [sys.executable, "-m", "alembic", "-c", ini]
+    typo = subprocess.run(  # noqa: S603 - fixed argument list
+        [*cmd, "-x", f"ur=sqlite:///{tmp_path / 'a.db'}", "upgrade", "head"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert typo.returncode != 0
+    assert "unknown -x argument ur" in typo.stderr
+    assert "-x url=…, -x sessions_table=…, -x messages_table=…" in typo.stderr
+    assert not (tmp_path / "agents_memory.db").exists()  # the default was not migrated
+    assert not (tmp_path / "a.db").exists()
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    out = run(
+        sys.executable,
+        "-m",
+        "alembic",
+        "-c",
+        ini,
+        "-x",
+        f"url={url}",
+        "upgrade",
+        "head",
+        cwd=tmp_path,
+    )
+    assert (
+        f"agents_memory tables agent_sessions/agent_messages in {url}: none -> {migrations.head()}"
+        in out
+    )
+    assert "Running upgrade 0001 -> 0002" in out
+    again = run(
+        sys.executable,
+        "-m",
+        "alembic",
+        "-c",
+        ini,
+        "-x",
+        f"url={url}",
+        "upgrade",
+        "head",
+        cwd=tmp_path,
+    )
+    assert f"in {url}: at {migrations.head()}" in again
