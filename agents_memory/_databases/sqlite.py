@@ -487,9 +487,13 @@ def _undo_savepoint(conn: sqlite3.Connection) -> bool:
 
 
 def _fail_all(group: Sequence[_Batch], exc: BaseException) -> None:
-    """Hand ``exc`` to every batch of ``group`` not withdrawn by now (they join to fail)."""
+    """Hand ``exc`` to every batch of ``group`` that joined or joins now (not withdrawn first).
+
+    One that had already joined gets it even if its caller cancelled since: that
+    caller is waiting for the outcome before raising its cancel.
+    """
     for batch in group:
-        if batch.join():
+        if batch.started or batch.join():
             batch.finish(None, exc)
 
 
