@@ -93,8 +93,8 @@ KNOWN_LIMITS = [
         "Group commit (writes queued behind a commit share the next transaction) bounds a "
         "transaction at 64 batches and 4 MiB of items (measured 5.5 ms of lock for a full "
         "group); another connection writing every 20 ms under a 63-session load waited "
-        "about as long for the lock as beside the raw driver (max 1.4 s both; "
-        "`python -m benchmarks.group_commit`)."
+        "about as long for the lock as beside the raw driver (worst 1.3-1.4 s against "
+        "1.0-1.4 s in two runs; `python -m benchmarks.group_commit`)."
     ),
     (
         "A write interrupted by a lost Postgres connection was applied whole or not at all, "
