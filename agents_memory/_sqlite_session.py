@@ -69,12 +69,17 @@ def _database_path(db_path: object) -> str:
 
 
 class _FileLock:
-    """The write lock shared by every session of this process on one database file."""
+    """The write lock shared by every session of this process on one database file.
 
-    __slots__ = ("__weakref__", "lock")
+    With it, the file's queue of writes: batches of several sessions queued
+    behind a commit share the next transaction (``lite.SharedWrites``).
+    """
+
+    __slots__ = ("__weakref__", "lock", "writes")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.writes = lite.SharedWrites()
 
 
 _file_locks: weakref.WeakValueDictionary[str, _FileLock] = weakref.WeakValueDictionary()
@@ -253,9 +258,17 @@ class SQLiteSession(SessionBase):
             return
         await self._call(functools.partial(self._add, data))
 
+    def _write(
+        self, conn: sqlite3.Connection, job: Callable[[sqlite3.Connection], T], size: int = 0
+    ) -> T:
+        """Run ``job`` in a write transaction, grouped with other sessions' writes on the file."""
+        return self._file_lock.writes.run(self._write_lock, conn, job, size)
+
     def _add(self, data: list[str], conn: sqlite3.Connection) -> None:
-        with self._write_lock, lite.write_transaction(conn):
-            lite.add_body(lite.LiteExecutor(conn, self._sql), self.session_id, data)
+        sql, sid = self._sql, self.session_id
+        self._write(
+            conn, lambda c: lite.add_body(lite.LiteExecutor(c, sql), sid, data), sum(map(len, data))
+        )
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Atomically remove and return the newest item; ``None`` when the session is empty.
@@ -266,16 +279,16 @@ class SQLiteSession(SessionBase):
         return await self._call(self._pop)  # type: ignore[arg-type]
 
     def _pop(self, conn: sqlite3.Connection) -> dict[str, Any] | None:
-        with self._write_lock, lite.write_transaction(conn):
-            return lite.pop_body(lite.LiteExecutor(conn, self._sql), self.session_id, "skip")
+        sql, sid = self._sql, self.session_id
+        return self._write(conn, lambda c: lite.pop_body(lite.LiteExecutor(c, sql), sid, "skip"))
 
     async def clear_session(self) -> None:
         """Delete the session and all of its items."""
         await self._call(self._clear)
 
     def _clear(self, conn: sqlite3.Connection) -> None:
-        with self._write_lock, lite.write_transaction(conn):
-            lite.clear_body(lite.LiteExecutor(conn, self._sql), self.session_id)
+        sql, sid = self._sql, self.session_id
+        self._write(conn, lambda c: lite.clear_body(lite.LiteExecutor(c, sql), sid))
 
     # -- lifetime -----------------------------------------------------------------------------
 

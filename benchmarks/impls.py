@@ -25,6 +25,7 @@ import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agents_memory import SessionStore, TableNames, create_engine, get_models
+from agents_memory._databases.sqlite import GROUP_COMMIT_OPTION
 from benchmarks.items import ItemSource
 from benchmarks.raw import RawMysql, RawPostgres, RawSqlite
 
@@ -248,6 +249,7 @@ LABELS = {
     "sdk": "Agents SDK SQLAlchemySession",
     "stdlib": "Agents SDK SQLiteSession (stdlib sqlite3)",
     "ours": "agents_memory SessionStore",
+    "ours_1tx": "agents_memory SessionStore, group commit off (one transaction per batch)",
 }
 
 
@@ -273,10 +275,12 @@ async def _raw(db: Database) -> Impl:
     return Impl("raw", label, store.session, store.close, opened=lambda: store.opened)
 
 
-async def _ours(db: Database) -> Impl:
-    names = db.names("ours")
+async def _ours(db: Database, *, key: str = "ours") -> Impl:
+    names = db.names(key)
     if db.key == "sqlite":
-        engine = create_engine(f"sqlite:///{db.sqlite_path('ours')}")
+        # Group commit is on by default; "ours_1tx" turns it off (engine execution option).
+        options = {"execution_options": {GROUP_COMMIT_OPTION: False}} if key == "ours_1tx" else {}
+        engine = create_engine(f"sqlite:///{db.sqlite_path(key)}", **options)
     else:
         engine = create_engine(db.url or "", **PG_ENGINE)
     opened = _count_connects(engine)
@@ -294,7 +298,12 @@ async def _ours(db: Database) -> Impl:
         finally:
             await engine.dispose()
 
-    return Impl("ours", LABELS["ours"], store.session, close, opened=opened)
+    return Impl(key, LABELS[key], store.session, close, opened=opened)
+
+
+async def _ours_1tx(db: Database) -> Impl:
+    """Ours on SQLite with group commit off: what grouping itself is worth."""
+    return await _ours(db, key="ours_1tx")
 
 
 async def _sdk(db: Database) -> Impl:
@@ -360,8 +369,17 @@ async def _stdlib(db: Database) -> Impl:
     return Impl("stdlib", LABELS["stdlib"], session, close, release)
 
 
-async def build(db: Database, items: ItemSource, *, peers: bool, step_seconds: float) -> list[Impl]:
+async def build(
+    db: Database,
+    items: ItemSource,
+    *,
+    peers: bool,
+    step_seconds: float,
+    ungrouped: bool = False,
+) -> list[Impl]:
     """Raw first (the ratios' denominator), then the peers when installed, then ours.
+
+    ``ungrouped`` adds ours with group commit off on SQLite (``ours_1tx``).
 
     Raw failing raises (nothing can be compared without it); any other implementation
     that fails to build or warm up comes back as a failed placeholder with the reason.
@@ -372,6 +390,8 @@ async def build(db: Database, items: ItemSource, *, peers: bool, step_seconds: f
         if db.key == "sqlite":
             builders.append(("stdlib", _stdlib))
     builders.append(("ours", _ours))
+    if ungrouped and db.key == "sqlite":
+        builders.append(("ours_1tx", _ours_1tx))
     impls: list[Impl] = []
     try:
         for key, make in builders:

@@ -58,7 +58,7 @@ DEFAULT_PGBOUNCER = os.environ.get(
     "AGENTS_MEMORY_BENCH_PGBOUNCER_URL", "postgresql://root@127.0.0.1:6432/test"
 )
 DEFAULT_MYSQL = os.environ.get("AGENTS_MEMORY_BENCH_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
-COLUMNS = ("raw", "sdk", "stdlib", "ours")
+COLUMNS = ("raw", "sdk", "stdlib", "ours", "ours_1tx")
 TARGETS = ("sqlite", "postgres", "pgbouncer", "mysql")
 TITLES = {
     "sqlite": "SQLite (file, WAL)",
@@ -98,6 +98,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--no-scale",
         action="store_true",
         help="skip the at-scale table (100,000 items; 20,000 quick)",
+    )
+    p.add_argument(
+        "--ungrouped",
+        action="store_true",
+        help="on SQLite, also run ours with group commit off (column ours_1tx)",
     )
     p.add_argument("--json", type=Path, help="also write every measurement to this file")
     p.add_argument(
@@ -227,7 +232,11 @@ class TargetRun:
         db, ctx, args = self.db, self.ctx, self.args
         try:
             impls = await build(
-                db, ctx.items, peers=not args.no_peers, step_seconds=args.step_timeout
+                db,
+                ctx.items,
+                peers=not args.no_peers,
+                step_seconds=args.step_timeout,
+                ungrouped=args.ungrouped,
             )
         except BaseException:
             await db.drop_tables()  # those created before the failure

@@ -11,6 +11,9 @@ from multiprocessing.connection import Connection
 
 from agents_memory import SessionStore
 
+TASKS = 8
+"""Writer tasks in the child: on SQLite, batches queued together share a transaction."""
+
 
 async def _append_forever(url: str, tables: tuple[str, str], run: int, acks: Connection) -> None:
     store = SessionStore.from_url(url, sessions_table=tables[0], messages_table=tables[1])
@@ -28,7 +31,7 @@ async def _append_forever(url: str, tables: tuple[str, str], run: int, acks: Con
             acks.send_bytes(f"{w} {b}".encode())  # one write(2): in the pipe before the next batch
             b += 1
 
-    await asyncio.gather(*(writer(t) for t in range(4)))
+    await asyncio.gather(*(writer(t) for t in range(TASKS)))
 
 
 def main(url: str, tables: tuple[str, str], run: int, acks: Connection) -> None:

@@ -121,3 +121,29 @@ def batch_check(items: list[dict[str, Any]]) -> tuple[dict[Any, int], int]:
 def make_batch(w: int, b: int, n: int, pad: str = "") -> list[dict[str, Any]]:
     """A batch of ``n`` items tagged so :func:`batch_check` can recognise it."""
     return [{"w": w, "b": b, "k": k, "n": n, "p": pad} for k in range(n)]
+
+
+class Transactions:
+    """How many write transactions a SQLite file engine's writer ran: proof that commits grouped.
+
+    On the other runners (servers, in-memory SQLite) there is nothing to count and
+    :attr:`counted` is False.
+    """
+
+    def __init__(self, store: SessionStore) -> None:
+        from agents_memory._databases import sqlite as lite  # noqa: PLC0415
+
+        engine = store.engine
+        self.counted = engine.dialect.name == "sqlite" and lite.SQLite.thread_runner_allowed(engine)
+        self._writer = lite._threads_for(engine).writer if self.counted else None
+        self._start = self._writer.groups if self._writer is not None else 0
+
+    def since(self) -> int:
+        """Transactions run since this counter was made."""
+        return self._writer.groups - self._start if self._writer is not None else 0
+
+    def note(self, batches: int) -> str:
+        """``"N batches in M transactions"`` on the grouped path, else empty."""
+        if not self.counted:
+            return ""
+        return f"{batches} batches in {self.since()} SQLite transactions (group commit)"

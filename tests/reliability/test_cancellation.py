@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from _support import Ledger, scaled
+from _support import Ledger, Transactions, scaled
 
 from agents_memory import SessionStore
 
@@ -117,3 +117,73 @@ async def test_cancelled_operation_is_all_or_nothing(
     )
     assert between == 0
     assert checked_out == 0
+
+
+@pytest.mark.parametrize("op_name", ["add_items", "pop_item", "clear_session"])
+async def test_cancelled_operation_in_a_group_is_all_or_nothing(
+    store: SessionStore, ledger: Ledger, op_name: str
+) -> None:
+    """The same with 8 other sessions appending at once: the cancelled batch is whole or absent.
+
+    On a SQLite file it shares its transaction with theirs (group commit); their
+    batches must be whole whatever happened to it.
+    """
+    trials = scaled(40, minimum=10)
+    before_count = after_count = between = hits = bystanders_lost = 0
+    await store.session("warm").add_items(BASE)  # schema checked: writes take the hot path
+    commits = Transactions(store)
+    for trial in range(trials):
+        s = store.session(f"g-{op_name}-{trial}")
+        await s.add_items(BASE)
+        batch = [{"t": trial, "k": k, "text": "x" * 100} for k in range(50)]
+        ops: dict[str, tuple[Callable[[], Awaitable[Any]], list[dict[str, Any]]]] = {
+            "add_items": (lambda s=s, batch=batch: s.add_items(batch), BASE + batch),
+            "pop_item": (s.pop_item, BASE[:-1]),
+            "clear_session": (s.clear_session, []),
+        }
+        op, after = ops[op_name]
+        others = [store.session(f"g-{op_name}-{trial}-o{o}") for o in range(8)]
+        theirs = [[{"o": o, "t": trial, "k": k} for k in range(3)] for o in range(8)]
+
+        async def bystanders(
+            others: list[Any] = others, theirs: list[list[dict[str, Any]]] = theirs
+        ) -> None:
+            await asyncio.gather(*(o.add_items(b) for o, b in zip(others, theirs, strict=True)))
+
+        if trial == 0:
+            twin = store.session(f"g-{op_name}-twin")
+            await twin.add_items(BASE)
+            twin_ops = {
+                "add_items": lambda s=twin, batch=batch: s.add_items(batch),
+                "pop_item": twin.pop_item,
+                "clear_session": twin.clear_session,
+            }
+            turns, seconds = await measure(twin_ops[op_name])
+        side = asyncio.create_task(bystanders())  # queued first: the cancelled one joins them
+        hits += await cancel_at_random(op, turns, seconds)
+        await side
+        now = await s.get_items()
+        if now == BASE:
+            before_count += 1
+        elif now == after:
+            after_count += 1
+        else:
+            between += 1
+        for o, b in zip(others, theirs, strict=True):
+            bystanders_lost += await o.get_items() != b
+    await store.session("after").add_items([{"ok": True}])
+    assert await store.session("after").get_items() == [{"ok": True}]
+    grouped = f"; {commits.since()} SQLite transactions in all" if commits.counted else ""
+    ledger.add(
+        "Cancellation",
+        f"cancel {op_name} at a random point while 8 other sessions append (grouped commits)",
+        times=trials,
+        lost=between + bystanders_lost,
+        note=(
+            f"cancel landed mid-operation {hits}x; left fully before {before_count}x, "
+            f"fully after {after_count}x; {bystanders_lost} bystander batches wrong{grouped}"
+        ),
+    )
+    assert (between, bystanders_lost) == (0, 0)
+    if commits.counted:  # fewer transactions than batches: the commits really were grouped
+        assert commits.since() < trials * 10

@@ -289,14 +289,16 @@ async def test_dispose_stops_the_runner_threads(file_backend: Any, names: Any) -
     await engine.dispose()
 
 
-async def test_cancelled_sqlite_write_settles_before_the_cancel(
+async def test_cancelled_sqlite_write_waiting_for_the_lock_is_withdrawn(
     file_backend: Any, store: SessionStore
 ) -> None:
-    """A SQLite write cancelled mid-job raises the cancel only once its job has committed.
+    """A SQLite write cancelled while its transaction waits for the file lock never runs.
 
-    Another process-like connection holds the file's write lock, so the job waits inside
-    ``BEGIN IMMEDIATE`` on the connection's thread, where a cancel cannot reach it. The
-    caller's cancel must wait for the job; the batch is then wholly there.
+    Another process-like connection holds the file's write lock, so the writer waits
+    inside ``BEGIN IMMEDIATE``. The batch has not joined the transaction yet (it joins
+    once the lock is held, see ``GroupWriter``): the cancel is raised at once, while the
+    lock is still held, and the batch is never written. (A cancel after joining waits
+    for the commit: ``test_group_commit.py``.)
     """
     if file_backend.kind != "sqlite":
         pytest.skip("the one-job writes are SQLite's")
@@ -310,13 +312,12 @@ async def test_cancelled_sqlite_write_settles_before_the_cancel(
         task = asyncio.create_task(s.add_items([item(1), item(2)]))
         await asyncio.sleep(0.2)  # the job is now waiting for the file lock
         task.cancel()
-        await asyncio.sleep(0.2)
-        assert not task.done()  # held until the job has finished
-        blocker.execute("COMMIT")
         with pytest.raises(asyncio.CancelledError):
             await task
+        assert blocker.in_transaction  # raised before the writer got the lock
+        blocker.execute("COMMIT")
     finally:
         blocker.close()
-    assert await s.get_items() == [item(0), item(1), item(2)]
+    assert await s.get_items() == [item(0)]
     await s.add_items([item(3)])
     assert await s.get_items(limit=1) == [item(3)]

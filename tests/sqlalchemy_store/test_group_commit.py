@@ -1,0 +1,358 @@
+"""Group commit on SQLite: batches queued behind a commit share the next transaction.
+
+Every test makes the grouping certain rather than likely: an outside connection
+holds the file's write lock (as another process would), so the writer thread
+waits in ``BEGIN IMMEDIATE`` with the first batch while the others queue; when
+the lock is released, the first batch commits alone and everything queued behind
+it goes into one transaction. The writer's count of transactions proves it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agents_memory import SessionStore, create_engine
+from agents_memory._databases import sqlite as lite
+
+
+def item(w: int, k: int) -> dict[str, Any]:
+    return {"type": "message", "role": "user", "content": f"w{w} k{k}"}
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait (event-loop turns, a few ms each) until ``condition`` holds; fail after 20 s."""
+    for _ in range(4000):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    msg = "the writer never reached the expected state"
+    raise AssertionError(msg)
+
+
+async def _store(engine: AsyncEngine, tmp_path: Path) -> SessionStore:
+    del tmp_path
+    s = SessionStore(
+        engine, sessions_table="gc_sessions", messages_table="gc_messages", create_tables=True
+    )
+    await s.session("warm").add_items([item(-1, 0)])  # schema checked: writes take the driver path
+    return s
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SessionStore]:
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'gc.db'}")
+    s = await _store(engine, tmp_path)
+    yield s
+    await s.close()
+    await engine.dispose()
+
+
+def writer_of(store: SessionStore) -> lite.GroupWriter:
+    return lite._threads_for(store.engine).writer
+
+
+class Stall:
+    """An outside connection holding the file's write lock, with our writer waiting on it."""
+
+    def __init__(self, store: SessionStore) -> None:
+        path = store.engine.url.database
+        assert path
+        self.blocker = sqlite3.connect(path, isolation_level=None)
+        self.writer = writer_of(store)
+        self.store = store
+        self.first: asyncio.Task[None] | None = None
+        self.groups_before = 0
+
+    async def start(self) -> None:
+        """Take the lock, then send one batch that the writer takes and waits with in BEGIN."""
+        self.blocker.execute("BEGIN IMMEDIATE")
+        self.groups_before = self.writer.groups
+        self.first = asyncio.create_task(self.store.session("first").add_items([item(0, 0)]))
+        await until(lambda: self.writer.groups == self.groups_before + 1)
+        assert self.writer.pending() == 0  # taken: the writer is waiting for the lock
+
+    async def queued(self, n: int) -> None:
+        """Wait until ``n`` batches queue behind the stalled one."""
+        await until(lambda: self.writer.pending() == n)
+
+    def release(self) -> None:
+        """Let the writer have the lock."""
+        self.blocker.execute("COMMIT")
+
+    def groups(self) -> int:
+        """Transactions the writer started since :meth:`start` (the stalled one included)."""
+        return self.writer.groups - self.groups_before
+
+    def close(self) -> None:
+        """Release the lock (if still held) and close the outside connection."""
+        if self.blocker.in_transaction:
+            self.blocker.execute("ROLLBACK")
+        self.blocker.close()
+
+
+@pytest.fixture
+async def stall(store: SessionStore) -> AsyncIterator[Stall]:
+    st = Stall(store)
+    try:
+        await st.start()
+        yield st
+    finally:
+        st.close()
+
+
+@pytest.fixture
+async def stall_later(store: SessionStore) -> AsyncIterator[Stall]:
+    """A stall set up by the test itself (after its own preparatory writes)."""
+    st = Stall(store)
+    try:
+        yield st
+    finally:
+        st.close()
+
+
+async def test_queued_batches_share_one_transaction_whole_and_in_order(
+    store: SessionStore, stall: Stall
+) -> None:
+    """30 sessions plus 10 calls on one shared session: one transaction, each batch contiguous."""
+    batches = {w: [item(w, k) for k in range(1 + w % 5)] for w in range(40)}
+    tasks = [
+        asyncio.create_task(store.session(f"s{w}" if w < 30 else "shared").add_items(batches[w]))
+        for w in range(40)
+    ]
+    await stall.queued(40)
+    stall.release()
+    await asyncio.gather(*tasks)
+    assert stall.first is not None
+    await stall.first
+    assert stall.groups() == 2  # the stalled batch alone, then all 40 together
+    for w in range(30):
+        assert await store.session(f"s{w}").get_items() == batches[w]
+    shared = await store.session("shared").get_items()
+    assert shared == [i for w in range(30, 40) for i in batches[w]]  # arrival order, contiguous
+
+
+async def test_grouped_pops_take_each_item_exactly_once(
+    store: SessionStore, stall_later: Stall
+) -> None:
+    """25 pops queued together on 20 items: each item once, newest first, then None."""
+    s = store.session("pops")
+    items = [item(1, k) for k in range(20)]
+    await s.add_items(items)
+    stall = stall_later
+    await stall.start()
+    pops = [asyncio.create_task(s.pop_item()) for _ in range(25)]
+    await stall.queued(25)
+    stall.release()
+    results = await asyncio.gather(*pops)
+    assert stall.groups() == 2
+    assert results == [*reversed(items), *[None] * 5]  # each pop saw the earlier ones
+    assert await s.get_items() == []
+
+
+async def test_grouped_adds_clear_and_pop_run_in_arrival_order(
+    store: SessionStore, stall: Stall
+) -> None:
+    s = store.session("mixed")
+    steps = [
+        asyncio.create_task(s.add_items([item(2, 0), item(2, 1)])),
+        asyncio.create_task(s.clear_session()),
+        asyncio.create_task(s.add_items([item(3, 0), item(3, 1)])),
+        asyncio.create_task(s.pop_item()),
+    ]
+    await stall.queued(4)
+    stall.release()
+    results = await asyncio.gather(*steps)
+    assert stall.groups() == 2
+    assert results[3] == item(3, 1)
+    assert await s.get_items() == [item(3, 0)]
+
+
+async def test_a_failing_batch_rolls_back_alone_and_only_its_caller_sees_the_error(
+    store: SessionStore,
+) -> None:
+    """A trigger refuses one batch inside a group: the others commit, its caller gets the error."""
+    names = store.table_names
+    path = store.engine.url.database
+    assert path
+    ddl = sqlite3.connect(path, isolation_level=None)
+    ddl.execute(
+        f"CREATE TRIGGER refuse_poison BEFORE INSERT ON {names.messages} "
+        "WHEN NEW.message_data LIKE '%poison%' BEGIN SELECT RAISE(ABORT, 'poison refused'); END"
+    )
+    ddl.close()
+    st = Stall(store)
+    try:
+        await st.start()
+        good = [item(4, k) for k in range(3)]
+        poison = [item(5, 0), {"type": "message", "role": "user", "content": "poison"}]
+        tasks = [
+            asyncio.create_task(store.session("a").add_items(good)),
+            asyncio.create_task(store.session("a").add_items(poison)),
+            asyncio.create_task(store.session("b").add_items(poison)),
+            asyncio.create_task(store.session("a").add_items(good[:1])),
+            asyncio.create_task(store.session("c").add_items(good)),
+        ]
+        await st.queued(5)
+        st.release()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert st.groups() == 2
+    finally:
+        st.close()
+    assert [r is None for r in results] == [True, False, False, True, True]
+    for failed in (results[1], results[2]):
+        assert isinstance(failed, sa_exc.IntegrityError)
+        assert "poison refused" in str(failed)
+    assert await store.session("a").get_items() == good + good[:1]  # item(5, 0) rolled back too
+    assert await store.session("b").get_items() == []
+    assert await store.session("c").get_items() == good
+    assert await store.get_session("b") is None  # its session row was in the rolled-back savepoint
+
+
+def _deferred_fk_violation(messages: str) -> Callable[[sqlite3.Connection], None]:
+    """A job whose statements succeed but whose transaction cannot commit (checked at COMMIT)."""
+
+    def job(conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA defer_foreign_keys = ON")
+        conn.execute(
+            f"INSERT INTO {messages} (session_id, message_data, created_at) "
+            "VALUES ('no such session', '{}', '2026-01-01 00:00:00')"
+        )
+
+    return job
+
+
+async def test_a_failed_commit_reaches_exactly_the_callers_in_that_group(
+    store: SessionStore, stall: Stall
+) -> None:
+    """COMMIT itself fails (a deferred foreign key): every batch of that group, and no other."""
+    writer = stall.writer
+    a = asyncio.create_task(store.session("a").add_items([item(6, 0)]))
+    await stall.queued(1)
+    doomed = asyncio.create_task(writer.call(_deferred_fk_violation(store.table_names.messages)))
+    b = asyncio.create_task(store.session("b").add_items([item(7, 0)]))
+    await stall.queued(3)
+    stall.release()
+    assert stall.first is not None
+    await stall.first  # the stalled batch, committed alone before the doomed group
+    results = await asyncio.gather(a, b, doomed, return_exceptions=True)
+    assert stall.groups() == 2
+    assert isinstance(results[0], sa_exc.IntegrityError)
+    assert isinstance(results[1], sa_exc.IntegrityError)
+    assert isinstance(results[2], sqlite3.IntegrityError)
+    assert await store.session("first").get_items() == [item(0, 0)]
+    assert await store.session("a").get_items() == []
+    assert await store.session("b").get_items() == []
+    await store.session("a").add_items([item(6, 1)])  # the writer goes on
+    assert await store.session("a").get_items() == [item(6, 1)]
+
+
+async def test_cancelled_before_joining_never_runs(store: SessionStore, stall: Stall) -> None:
+    """Cancelled while queued, and while its transaction waits for the lock: withdrawn at once."""
+    queued = asyncio.create_task(store.session("q").add_items([item(8, 0)]))
+    await stall.queued(1)
+    queued.cancel()
+    assert stall.first is not None
+    stall.first.cancel()  # taken into a transaction still waiting in BEGIN IMMEDIATE
+    for task in (queued, stall.first):
+        with pytest.raises(asyncio.CancelledError):
+            await task  # raised while the lock is still held: nothing waited for the writer
+    assert stall.blocker.in_transaction
+    stall.release()
+    await store.session("after").add_items([item(9, 0)])
+    assert await store.session("q").get_items() == []
+    assert await store.session("first").get_items() == []
+    assert await store.session("after").get_items() == [item(9, 0)]
+    assert stall.groups() == 2  # the stalled one (empty, committed), then "after": "q" never ran
+
+
+async def test_cancelled_after_joining_settles_once_the_group_committed(
+    store: SessionStore, stall: Stall
+) -> None:
+    """A batch that ran in its savepoint: the cancel waits for the group's COMMIT, then raises."""
+    started, go_on = threading.Event(), threading.Event()
+
+    def slow(_conn: sqlite3.Connection) -> None:
+        started.set()
+        assert go_on.wait(20)
+
+    joined = asyncio.create_task(store.session("j").add_items([item(10, 0), item(10, 1)]))
+    await stall.queued(1)
+    slow_done = asyncio.create_task(stall.writer.call(slow))  # after "j" in the same group
+    await stall.queued(2)
+    stall.release()
+    await until(started.is_set)  # "j" has run in its savepoint; the group has not committed
+    joined.cancel()
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not joined.done()  # held until the group has finished
+    go_on.set()
+    with pytest.raises(asyncio.CancelledError):
+        await joined
+    await slow_done
+    assert stall.groups() == 2
+    assert await store.session("j").get_items() == [item(10, 0), item(10, 1)]
+
+
+async def test_a_group_stops_at_its_batch_limit(store: SessionStore, stall: Stall) -> None:
+    n = lite.GROUP_MAX_BATCHES + 6
+    tasks = [asyncio.create_task(store.session(f"n{w}").add_items([item(w, 0)])) for w in range(n)]
+    await stall.queued(n)
+    stall.release()
+    await asyncio.gather(*tasks)
+    assert stall.groups() == 3  # stalled one, a full group, the rest
+    for w in (0, n - 1):
+        assert await store.session(f"n{w}").get_items() == [item(w, 0)]
+
+
+async def test_a_group_stops_at_its_byte_limit(store: SessionStore, stall: Stall) -> None:
+    third = lite.GROUP_MAX_BYTES // 3 + 1  # two fit in a group, three do not
+    big = [[{"type": "message", "role": "user", "content": str(w) * third}] for w in range(4)]
+    tasks = [asyncio.create_task(store.session(f"big{w}").add_items(big[w])) for w in range(4)]
+    await stall.queued(4)
+    stall.release()
+    await asyncio.gather(*tasks)
+    assert stall.groups() == 3  # stalled one, then two groups of two
+    assert await store.session("big3").get_items() == big[3]
+
+
+async def test_group_commit_can_be_turned_off(tmp_path: Path) -> None:
+    """``execution_options={"agents_memory_group_commit": False}``: one transaction per batch."""
+    engine = create_engine(
+        f"sqlite+aiosqlite:///{tmp_path / 'off.db'}",
+        execution_options={lite.GROUP_COMMIT_OPTION: False},
+    )
+    s = await _store(engine, tmp_path)
+    try:
+        assert not writer_of(s).grouped
+        st = Stall(s)
+        try:
+            await st.start()
+            tasks = [
+                asyncio.create_task(s.session(f"o{w}").add_items([item(w, 0)])) for w in range(5)
+            ]
+            await st.queued(5)
+            st.release()
+            await asyncio.gather(*tasks)
+            assert st.groups() == 6
+        finally:
+            st.close()
+        assert await s.session("o4").get_items() == [item(4, 0)]
+    finally:
+        await s.close()
+        await engine.dispose()
+    on = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'on.db'}")
+    s = await _store(on, tmp_path)
+    try:
+        assert writer_of(s).grouped  # on by default
+    finally:
+        await s.close()
+        await on.dispose()
