@@ -208,6 +208,14 @@ class Backend:
         """One transaction (commit on success, roll back on error) for a multi-statement write."""
         return self._connection(write=True, begin=True)
 
+    def committing(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
+        """A write connection whose transaction the caller commits itself.
+
+        For a write that holds something past its commit (a copy's table-set lock:
+        MySQL's ``GET_LOCK`` outlives the transaction).
+        """
+        return self._connection(write=True, begin=False)
+
     async def close(self) -> None:
         """Dispose the engine if this backend created it; later operations raise."""
         if self._closed:

@@ -290,7 +290,7 @@ class Bulk:
         held = contextlib.ExitStack()
         # The lock is taken first in the transaction and let go only after the commit
         # (MySQL's GET_LOCK outlives transactions): the next writer's check sees this batch.
-        async with self._backend._connection(write=True, begin=False) as conn:  # noqa: SLF001
+        async with self._backend.committing() as conn:
             await conn.run_sync(lambda sync: held.enter_context(table_set_lock(sync, names)))
             failed = True
             try:
