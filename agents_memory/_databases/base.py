@@ -276,10 +276,6 @@ class Runner(Protocol):
         """Run ``body(executor)`` as one transaction (``single``: it is one statement)."""
         ...
 
-    async def close(self) -> None:
-        """Release what the runner holds (connections, threads)."""
-        ...
-
 
 class CoreRunner:
     """The SQLAlchemy runner: a connection from the engine's pool per operation.
@@ -305,9 +301,6 @@ class CoreRunner:
                 return await body(CoreExecutor(conn, self._st))
         async with self._engine.begin() as conn:
             return await body(CoreExecutor(conn, self._st))
-
-    async def close(self) -> None:
-        """Nothing of its own: the engine's pool belongs to the engine."""
 
 
 def observed(engine: AsyncEngine) -> bool:
@@ -402,10 +395,6 @@ class Operations(Protocol):
 
     async def clear(self, session_id: str) -> bool:
         """Delete the session row and its items; whether the session existed."""
-        ...
-
-    async def close(self) -> None:
-        """Release the runner's connections and threads."""
         ...
 
 

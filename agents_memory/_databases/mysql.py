@@ -196,10 +196,6 @@ def _abort(conn: Any) -> None:  # noqa: ANN401
     conn.close()
 
 
-async def _close(conn: Any) -> None:  # noqa: ANN401
-    await conn.ensure_closed()
-
-
 class DriverRunner:
     """Operations on detached asyncmy connections (see the module docstring)."""
 
@@ -214,7 +210,6 @@ class DriverRunner:
                 size=size,
                 adopt=_adopt,
                 is_closed=lambda c: not c.connected,
-                close=_close,
                 abort=_abort,
             ),
         )
@@ -268,9 +263,6 @@ class DriverRunner:
         """Always a transaction: even one statement needs ``BEGIN`` on an autocommit connection."""
         return await self._op(body, transaction=True)
 
-    async def close(self) -> None:
-        """The connections belong to the engine: ``engine.dispose()`` closes them."""
-
 
 class Operations(RowReads):
     """The protocol's operations on MySQL/MariaDB, on either runner."""
@@ -322,9 +314,6 @@ class Operations(RowReads):
     async def clear(self, session_id: str) -> bool:
         count = await self._runner.write(lambda ex: ex.run("delete_session", {"sid": session_id}))
         return bool(count)
-
-    async def close(self) -> None:
-        await self._runner.close()
 
 
 class MySQL(Database):

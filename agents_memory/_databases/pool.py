@@ -22,7 +22,7 @@ import collections
 import contextlib
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import event
@@ -56,14 +56,12 @@ class DriverPool(Generic[C]):
         size: int,
         adopt: Callable[[C], Any],
         is_closed: Callable[[C], bool],
-        close: Callable[[C], Any],
         abort: Callable[[C], None],
     ) -> None:
         self._engine = engine
         self._size = size
         self._adopt = adopt
         self._is_closed = is_closed
-        self._close = close
         self._abort = abort
         self._idle: collections.deque[Lease[C]] = collections.deque()
         self._open = 0
@@ -171,26 +169,6 @@ class DriverPool(Generic[C]):
                 with contextlib.suppress(Exception):
                     self._abort(stale.driver)
                 self._hand_over(None)
-
-    @contextlib.asynccontextmanager
-    async def lease(self) -> AsyncIterator[Lease[C]]:
-        """A connection for one operation; on any error or cancel it is closed, not reused."""
-        lease = await self.acquire()
-        try:
-            yield lease
-        except BaseException:
-            self.release(lease, broken=True)
-            raise
-        self.release(lease)
-
-    async def close(self) -> None:
-        """Close the idle connections (this loop's); the ones in use close on release."""
-        self._closed = True
-        idle, self._idle = list(self._idle), collections.deque()
-        for lease in idle:
-            self._open -= 1
-            with contextlib.suppress(Exception):
-                await self._close(lease.driver)
 
     def abort(self) -> None:
         """Close every idle connection at once, from any thread or loop (no I/O awaited)."""

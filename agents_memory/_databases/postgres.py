@@ -84,7 +84,6 @@ _POOLER_SQLSTATES = frozenset({"26000", "42P05"})
 _DEADLOCK = "40P01"
 _MISSING_SQLSTATES = frozenset({"42P01", "42703"})
 """Undefined table, undefined column: the schema is missing or out of date."""
-_LOST_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "08000", "08003", "08006"})
 _ENDED_SQLSTATES = frozenset({"57P01", "57P02"})
 """The server ended this connection (admin shutdown, crash shutdown)."""
 _CONNECT_SQLSTATES = frozenset({"28000", "28P01", "3D000", "57P03", "53300"})
@@ -191,7 +190,7 @@ class DriverExecutor:
 def _is_gone(exc: BaseException, conn: Any) -> bool:  # noqa: ANN401
     """Whether the server ended the connection (or the client can no longer use it)."""
     if isinstance(exc, asyncpg.PostgresError):
-        return exc.sqlstate in _LOST_SQLSTATES or conn.is_closed()
+        return Postgres.classify(exc) == "lost" or conn.is_closed()
     return True
 
 
@@ -201,10 +200,6 @@ async def _adopt(_conn: Any) -> None:  # noqa: ANN401
 
 def _abort(conn: Any) -> None:  # noqa: ANN401
     conn.terminate()
-
-
-async def _close(conn: Any) -> None:  # noqa: ANN401
-    await conn.close(timeout=2)
 
 
 class DriverRunner:
@@ -222,7 +217,6 @@ class DriverRunner:
                 size=size,
                 adopt=_adopt,
                 is_closed=lambda c: c.is_closed(),
-                close=_close,
                 abort=_abort,
             ),
         )
@@ -262,9 +256,6 @@ class DriverRunner:
                 return await body(ex)
 
         return await self._op(in_transaction)
-
-    async def close(self) -> None:
-        """The connections belong to the engine: ``engine.dispose()`` closes them."""
 
 
 _facts: weakref.WeakKeyDictionary[Engine, _EngineFacts] = weakref.WeakKeyDictionary()
@@ -321,9 +312,6 @@ class Operations(RowReads):
             lambda ex: ex.rows("clear", {"sid": session_id}), single=True
         )
         return bool(rows)
-
-    async def close(self) -> None:
-        await self._runner.close()
 
 
 class Postgres(Database):

@@ -648,7 +648,23 @@ def _serve_groups(batches: _Queue, connect: Callable[[], sqlite3.Connection]) ->
             conn.close()
 
 
-class GroupWriter:
+class _Counted:
+    """What the two group-commit front ends report on their queue (tests, benchmarks)."""
+
+    _batches: _Queue
+
+    @property
+    def groups(self) -> int:
+        """Transactions run so far (a group of one included)."""
+        return self._batches.groups
+
+    def pending(self) -> int:
+        """Batches queued and not yet taken into a transaction (withdrawn ones included)."""
+        with self._batches.cond:
+            return len(self._batches.batches)
+
+
+class GroupWriter(_Counted):
     """The writer thread of a file engine: batches queued behind a commit share the next one.
 
     SQLite allows one writer per file, and a durable ``COMMIT`` waits for the
@@ -690,16 +706,6 @@ class GroupWriter:
         """Whether batches queued together share a transaction."""
         return self._batches.max_batches > 1
 
-    @property
-    def groups(self) -> int:
-        """Transactions run so far (a group of one included)."""
-        return self._batches.groups
-
-    def pending(self) -> int:
-        """Batches queued and not yet taken into a transaction (withdrawn ones included)."""
-        with self._batches.cond:
-            return len(self._batches.batches)
-
     async def call(self, fn: Callable[[sqlite3.Connection], T], size: int = 0) -> T:
         """Run ``fn(connection)`` inside a write transaction, grouped with what queued beside it.
 
@@ -737,7 +743,7 @@ class GroupWriter:
             self._thread.join()
 
 
-class SharedWrites:
+class SharedWrites(_Counted):
     """Group commit for threads that each own a connection to one file (the stdlib session).
 
     Every ``SQLiteSession`` of a process on one file has its own worker thread and
@@ -752,16 +758,6 @@ class SharedWrites:
         self, *, max_batches: int = GROUP_MAX_BATCHES, max_bytes: int = GROUP_MAX_BYTES
     ) -> None:
         self._batches = _Queue(max_batches, max_bytes)
-
-    @property
-    def groups(self) -> int:
-        """Transactions run (for tests: how many batches shared one)."""
-        return self._batches.groups
-
-    def pending(self) -> int:
-        """Batches queued and not yet taken into a transaction."""
-        with self._batches.cond:
-            return len(self._batches.batches)
 
     def run(
         self,
@@ -901,9 +897,6 @@ class ThreadOperations(RowReads):
     async def clear(self, session_id: str) -> bool:
         return await self._write("delete_session", lambda ex: clear_body(ex, session_id))
 
-    async def close(self) -> None:
-        """The workers belong to the engine: ``engine.dispose()`` stops them."""
-
 
 class CoreOperations(RowReads):
     """The same bodies through SQLAlchemy (aiosqlite): in-memory databases and observed engines.
@@ -950,9 +943,6 @@ class CoreOperations(RowReads):
 
     async def clear(self, session_id: str) -> bool:
         return await self._write(lambda ex: clear_body(ex, session_id))
-
-    async def close(self) -> None:
-        """Nothing of its own."""
 
 
 # -- the module ---------------------------------------------------------------------------------

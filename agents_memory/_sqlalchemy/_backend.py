@@ -144,14 +144,13 @@ class Backend:
             ops = self._ops[watched] = self.db.operations(self.engine, self.names, self.on_corrupt)
         return ops
 
-    async def _ready(self) -> Operations:
-        if (
+    def _needs_prepare(self) -> bool:
+        """Whether an operation must check the schema, the lifetime or the event loop first."""
+        return (
             not self._schema_ready
             or self._closed
             or (self.owns_engine and self._loop is not asyncio.get_running_loop())
-        ):
-            await self._prepare()
-        return self._operations()
+        )
 
     def _raise_typed(self, exc: BaseException) -> NoReturn:
         """Re-raise ``exc`` as our typed error where it is one (connection, busy, schema)."""
@@ -164,14 +163,9 @@ class Backend:
         What the database guarantees was not applied (a statement never sent, a
         deadlock victim rolled back whole) is run again (``_faults.retry_delay``).
         """
-        if (
-            self._schema_ready
-            and not self._closed
-            and (not self.owns_engine or self._loop is asyncio.get_running_loop())
-        ):
-            ops = self._operations()  # the hot path: one check, no extra await
-        else:
-            ops = await self._ready()
+        if self._needs_prepare():  # (the hot path: one check, no extra await)
+            await self._prepare()
+        ops = self._operations()
         failures = 0
         while True:
             try:
@@ -200,10 +194,6 @@ class Backend:
         """A connection for a read outside the protocol (listing, metadata)."""
         return self._connection(write=False, begin=False)
 
-    def writing(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
-        """A connection for one single-statement write outside the protocol (committed)."""
-        return self._connection(write=True, begin=True)
-
     def transaction(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
         """One transaction (commit on success, roll back on error) for a multi-statement write."""
         return self._connection(write=True, begin=True)
@@ -223,8 +213,6 @@ class Backend:
         self._closed = True
         if self._finalizer is not None:
             self._finalizer.detach()
-        for ops in self._ops.values():
-            await ops.close()
         if self.owns_engine:
             await self.engine.dispose()
 

@@ -177,7 +177,7 @@ class SQLAlchemySession(AsyncClosing, SessionBase):
         value = validate_metadata(metadata)
         statement = backend.db.upsert_metadata(backend.st.sessions)
         params = {"sid": self.session_id, "meta": value, **backend.db.metadata_params()}
-        async with backend.writing() as conn:
+        async with backend.transaction() as conn:
             await conn.execute(statement, params)
 
     async def close(self) -> None:
