@@ -1,10 +1,14 @@
-"""The one rule for session ids, shared by every backend."""
+"""The one rule for session ids, shared by every backend, and for pages of them."""
 
 from __future__ import annotations
 
 SESSION_ID_MAX_LENGTH = 255
 """Longest ``session_id`` accepted: it is a primary key, and index entries are bounded
 (Postgres btree rows, MySQL's 3072-byte key limit)."""
+
+
+MAX_PAGE_SIZE = 1000
+"""Most sessions one listing page returns (``SessionStore.list_sessions``, ``sessions list``)."""
 
 
 def validate_session_id(session_id: object) -> str:

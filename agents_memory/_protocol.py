@@ -35,6 +35,11 @@ else:
         session_id: str
         session_settings: SessionSettings | None = None
 
+        def __init_subclass__(cls, **kwargs: Any) -> None:  # noqa: ANN401
+            """Register a class defined after the SDK was loaded (our classes load lazily)."""
+            super().__init_subclass__(**kwargs)
+            register_with_sdk()
+
         @abstractmethod
         async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
             """Return the latest ``limit`` items (all when ``None``), oldest first."""

@@ -31,13 +31,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from agents_memory import migrations
 from agents_memory._codec import decode_rows, encode_items
 from agents_memory._databases import sqlite as lite
 from agents_memory._errors import SessionClosedError
 from agents_memory._ids import validate_session_id
 from agents_memory._protocol import SessionBase, coerce_settings, resolve_limit
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
+from agents_memory.models import REVISION
 
 if TYPE_CHECKING:
     from agents_memory._protocol import SessionSettings, TResponseInputItem
@@ -120,7 +120,7 @@ def _connect(path: str, names: TableNames, write_lock: threading.Lock) -> sqlite
     )
     try:
         lite.configure(conn, wal=False)  # WAL below, under the write lock
-        create, exists, stamp_head = lite.schema_sql(names, migrations.head())
+        create, exists, stamp_head = lite.schema_sql(names, REVISION)
         with write_lock:
             if path != MEMORY:
                 conn.execute("PRAGMA journal_mode = WAL")

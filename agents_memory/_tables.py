@@ -17,7 +17,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import os
 import re
+from collections.abc import Mapping
 
 MAX_IDENTIFIER_LENGTH = 63
 """Postgres' identifier limit (MySQL/MariaDB allow 64, SQLite has none): the strictest one.
@@ -61,6 +63,10 @@ Changing it needs a migration.
 
 DEFAULT_SESSIONS_TABLE = "agent_sessions"
 DEFAULT_MESSAGES_TABLE = "agent_messages"
+
+SESSIONS_TABLE_ENV = "AGENTS_MEMORY_SESSIONS_TABLE"
+MESSAGES_TABLE_ENV = "AGENTS_MEMORY_MESSAGES_TABLE"
+"""The environment variables the CLI and the Alembic environment read table names from."""
 
 VERSION_TABLE_SUFFIX = "_version"
 VERSION_KEY_SUFFIX = "_pkc"
@@ -299,3 +305,14 @@ class TableNames:
         table through. Construction has already checked all of them.
         """
         return _derived_names(self.sessions, self.messages, database)
+
+
+def resolve_names(given: Mapping[str, str | None]) -> TableNames:
+    """The names given (options, ``-x sessions_table=…``), else the environment, else defaults.
+
+    The one rule, for the CLI and the Alembic environment alike.
+    """
+    return TableNames(
+        given.get("sessions_table") or os.environ.get(SESSIONS_TABLE_ENV) or DEFAULT_SESSIONS_TABLE,
+        given.get("messages_table") or os.environ.get(MESSAGES_TABLE_ENV) or DEFAULT_MESSAGES_TABLE,
+    )

@@ -2,13 +2,41 @@
 
 from __future__ import annotations
 
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from agents_memory._errors import UnsupportedDatabaseError
 
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
+
 DEFAULT_URL = "sqlite+aiosqlite:///./agents_memory.db"
 """The embedded default: a SQLite file in the working directory."""
+
+URL_ENV = "AGENTS_MEMORY_URL"
+"""The environment variable the CLI and the Alembic environment read the URL from."""
+
+
+def resolve_url(given: Mapping[str, str | None]) -> str:
+    """``given["url"]`` (an option, ``-x url=…``), else ``$AGENTS_MEMORY_URL``, else the default."""
+    return given.get("url") or os.environ.get(URL_ENV) or DEFAULT_URL
+
+
+def _parsed(url: str | URL) -> URL | None:
+    """``url`` as SQLAlchemy's ``URL``; ``None`` when it is not a URL at all.
+
+    SQLAlchemy is imported here, not at module level, so that the CLI can show its
+    help (which prints :data:`DEFAULT_URL`) without loading it.
+    """
+    from sqlalchemy.engine import make_url  # noqa: PLC0415 - see the docstring
+    from sqlalchemy.exc import ArgumentError  # noqa: PLC0415
+
+    try:
+        return make_url(url) if isinstance(url, str) else url
+    except (ArgumentError, ValueError):
+        return None
+
 
 # backend name -> the async driver we use for it
 _ASYNC_DRIVERS: dict[str, str] = {
@@ -60,9 +88,8 @@ def normalize_url(url: str | URL) -> URL:
     ``mariadb+asyncmy://`` with ``charset=utf8mb4``, so users can paste the URL
     their platform gives them.
     """
-    try:
-        parsed = make_url(url) if isinstance(url, str) else url
-    except (ArgumentError, ValueError):
+    parsed = _parsed(url)
+    if parsed is None:
         msg = f"not a database URL: {mask_url(url)!s}; expected one of {supported_urls()}"
         raise UnsupportedDatabaseError(msg) from None
     backend, _, driver = parsed.drivername.partition("+")
@@ -93,9 +120,8 @@ _PLACEHOLDER = "AGENTSMEMORYMASKED"  # URL-safe, so rendering leaves it whole fo
 
 def url_secrets(url: str | URL) -> set[str]:
     """Every secret a URL carries: its password and any password-like query value."""
-    try:
-        parsed = make_url(url) if isinstance(url, str) else url
-    except (ArgumentError, ValueError):
+    parsed = _parsed(url)
+    if parsed is None:
         return set()
     found = {str(parsed.password)} if parsed.password else set()
     for key in SECRET_QUERY_KEYS & set(parsed.query):
@@ -111,9 +137,8 @@ def mask_url(url: str | URL) -> str:
     way. Text that is not a URL at all (no ``scheme://``) is shown as typed: it
     holds no credentials, and the user needs to see what was wrong with it.
     """
-    try:
-        parsed = make_url(url) if isinstance(url, str) else url
-    except (ArgumentError, ValueError):
+    parsed = _parsed(url)
+    if parsed is None:
         # Not parseable: show only the scheme, never the rest (it may hold a secret).
         assert isinstance(url, str)  # noqa: S101 - a URL object always parses
         scheme, sep, _ = url.partition("://")

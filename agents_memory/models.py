@@ -34,6 +34,14 @@ from sqlalchemy.sql.functions import FunctionElement
 from agents_memory._ids import SESSION_ID_MAX_LENGTH
 from agents_memory._tables import NAMING_CONVENTION, TableNames
 
+REVISION = "0002"
+"""The Alembic revision these models describe: the newest in ``alembic/versions/``.
+
+The stdlib ``SQLiteSession`` creates a fresh file from the models and stamps it
+with this revision, without importing Alembic; a test checks it against the
+scripts' head, so a new revision cannot land without the models following it.
+"""
+
 METADATA_TYPE = JSON().with_variant(postgresql.JSONB(), "postgresql")
 """JSONB on Postgres, so metadata filters can use containment (``@>``)."""
 

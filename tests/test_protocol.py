@@ -63,7 +63,7 @@ def test_a_bad_settings_limit_fails_on_read(bad: object) -> None:
 
 
 def test_importing_and_using_sqlite_session_loads_no_sdk(tmp_path: Path) -> None:
-    """Importing and using SQLiteSession loads no SDK, openai, aiosqlite or CLI stack."""
+    """Importing and using SQLiteSession loads no SDK, openai, aiosqlite, Alembic or CLI stack."""
     script = textwrap.dedent(
         f"""
         import asyncio, sys
@@ -73,7 +73,7 @@ def test_importing_and_using_sqlite_session_loads_no_sdk(tmp_path: Path) -> None
                 await s.add_items([{{"role": "user", "content": "hi"}}])
                 assert await s.get_items() == [{{"role": "user", "content": "hi"}}]
         asyncio.run(main())
-        heavy = ("agents", "openai", "aiosqlite", "typer", "rich", "asyncmy")
+        heavy = ("agents", "openai", "aiosqlite", "alembic", "typer", "rich", "asyncmy")
         print(sorted(m for m in heavy if m in sys.modules))
         """
     )
@@ -81,6 +81,59 @@ def test_importing_and_using_sqlite_session_loads_no_sdk(tmp_path: Path) -> None
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
     )
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def _loaded_after(code: str) -> str:
+    script = code + textwrap.dedent(
+        """
+        import sys
+        heavy = ("sqlalchemy", "alembic", "agents", "openai", "aiosqlite", "asyncpg", "asyncmy")
+        print(sorted(m for m in heavy if m in sys.modules))
+        """
+    )
+    out = subprocess.run(  # noqa: S603 - a fixed interpreter and script
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_importing_the_package_loads_no_database_stack() -> None:
+    """``import agents_memory`` loads nothing heavy; each public name loads its own module."""
+    assert _loaded_after("import agents_memory") == "[]"
+    assert _loaded_after("import agents_memory; agents_memory.TableNames") == "[]"
+    loaded = _loaded_after("from agents_memory import SessionStore")
+    assert "'sqlalchemy'" in loaded
+    assert "'agents'" not in loaded
+    assert "'openai'" not in loaded
+
+
+def test_cli_help_loads_no_database_stack() -> None:
+    """``agents-memory --help`` (and a command's help) needs neither SQLAlchemy nor Alembic."""
+    for argv in (["agents-memory", "--help"], ["agents-memory", "sessions", "list", "--help"]):
+        code = (
+            f"import sys; sys.argv = {argv!r}\n"
+            "from agents_memory._cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        )
+        assert _loaded_after(code) == "[]", argv
+
+
+def test_classes_loaded_after_the_sdk_are_its_session_subclasses() -> None:
+    """The SDK imported first, our classes loaded later (lazily): still ``SessionABC``."""
+    code = textwrap.dedent(
+        """
+        import agents
+        from agents_memory import SQLiteSession, SQLAlchemySession
+        assert issubclass(SQLiteSession, agents.memory.SessionABC)
+        assert issubclass(SQLAlchemySession, agents.memory.SessionABC)
+        """
+    )
+    assert "agents" in _loaded_after(code)
+
+
+def test_models_name_the_head_revision() -> None:
+    """``models.REVISION`` (what SQLiteSession stamps) is the scripts' head."""
+    assert agents_memory.models.REVISION == agents_memory.migrations.head()
 
 
 def test_public_api_is_exported() -> None:

@@ -13,13 +13,11 @@ from agents_memory import migrations
 from agents_memory._admin._errors import AdminError
 from agents_memory._admin._target import Target, open_store
 from agents_memory._admin._transfer import (
-    IfExists,
-    NoProgress,
-    Progress,
     TransferResult,
     store_pages,
     transfer,
 )
+from agents_memory._admin._types import IfExists, NoProgress, Progress
 from agents_memory._sqlalchemy._bulk import bulk_for
 
 

@@ -18,15 +18,13 @@ from agents_memory._admin._errors import InvalidFileError
 from agents_memory._admin._jsonl import Reader, header_line, item_line, scan
 from agents_memory._admin._target import Target, open_store
 from agents_memory._admin._transfer import (
-    IfExists,
-    NoProgress,
-    Progress,
     TransferResult,
     named_pages,
     named_states,
     store_pages,
     transfer,
 )
+from agents_memory._admin._types import IfExists, NoProgress, Progress
 from agents_memory._sqlalchemy._bulk import bulk_for
 
 

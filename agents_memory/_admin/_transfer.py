@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Literal, Protocol, TypeAlias
 
 from agents_memory._admin._errors import ConflictError, NotFoundError
+from agents_memory._admin._types import IF_EXISTS, IfExists, NoProgress, Progress
 from agents_memory._sqlalchemy._bulk import (
     MAX_IDS_PER_QUERY,
     Bulk,
@@ -31,32 +31,8 @@ from agents_memory._sqlalchemy._bulk import (
 )
 from agents_memory._sqlalchemy._timestamps import naive_utc
 
-IfExists: TypeAlias = Literal["resume", "skip", "replace", "append"]
-"""What to do with a session the target already has (see the module docstring)."""
-IF_EXISTS: tuple[IfExists, ...] = ("resume", "skip", "replace", "append")
-
 PAGE_SIZE = 500
 """Session rows read (and looked up in the target) per query."""
-
-
-class Progress(Protocol):
-    """Where an operation reports how far it is (the CLI draws a bar; tests may count)."""
-
-    def start(self, total: int | None) -> None:
-        """The number of items the operation expects to handle (``None``: unknown)."""
-
-    def advance(self, items: int) -> None:
-        """``items`` more items were handled (written, or found already present)."""
-
-
-class NoProgress:
-    """Progress reporting that reports nothing."""
-
-    def start(self, total: int | None) -> None:
-        """Ignore the total."""
-
-    def advance(self, items: int) -> None:
-        """Ignore the step."""
 
 
 @dataclasses.dataclass(slots=True)

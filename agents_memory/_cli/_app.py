@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from agents_memory import __version__
+import agents_memory
 from agents_memory._cli import _db, _sessions, _transfer
 from agents_memory._cli._demo import run_demo
 from agents_memory._cli._options import (
@@ -85,7 +85,7 @@ app.add_typer(_sessions.app)
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"agents-memory {__version__}")
+        typer.echo(f"agents-memory {agents_memory.__version__}")
         raise typer.Exit
 
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from agents_memory import migrations
-from agents_memory._admin import _db as ops
+from agents_memory._cli import _lazy
 from agents_memory._cli._options import (
     JsonOption,
     MessagesTableOption,
@@ -19,6 +18,13 @@ from agents_memory._cli._options import (
 )
 from agents_memory._cli._output import print_json
 from agents_memory._cli._run import EXIT_ERROR, run
+
+if TYPE_CHECKING:
+    from agents_memory import migrations
+    from agents_memory._admin import _db as ops
+else:
+    migrations = _lazy.module("agents_memory.migrations")
+    ops = _lazy.module("agents_memory._admin._db")
 
 app = typer.Typer(
     name="db",

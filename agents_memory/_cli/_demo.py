@@ -10,14 +10,15 @@ every turn in our session. Without it, the same items are written with
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from agents_memory._admin._db import upgrade
-from agents_memory._admin._target import Target, open_store
 from agents_memory._cli._render import describe
-from agents_memory._sqlalchemy._session import SQLAlchemySession
+
+if TYPE_CHECKING:
+    from agents_memory._admin._target import Target
+    from agents_memory._sqlalchemy._session import SQLAlchemySession
 
 SESSION_ID = "demo"
 QUESTIONS = ["What's the weather in Paris?", "Should I take an umbrella?"]
@@ -84,6 +85,9 @@ async def _through_runner(session: SQLAlchemySession) -> bool:
 
 async def run_demo(target: Target) -> None:
     """Migrate, converse, then read the history back, limited, and popped."""
+    from agents_memory._admin._db import upgrade  # noqa: PLC0415 - the CLI's --help needs none
+    from agents_memory._admin._target import open_store  # noqa: PLC0415
+
     typer.echo(f"store: {target}")
     migration = await upgrade(target)
     if migration.before == migration.after:

@@ -9,21 +9,23 @@ embedded default.
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from agents_memory._admin._target import Target
 from agents_memory._errors import UnsupportedDatabaseError
-from agents_memory._migrations._env import (
+from agents_memory._tables import (
+    DEFAULT_MESSAGES_TABLE,
+    DEFAULT_SESSIONS_TABLE,
     MESSAGES_TABLE_ENV,
     SESSIONS_TABLE_ENV,
-    URL_ENV,
+    TableNames,
     resolve_names,
-    resolve_url,
 )
-from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
-from agents_memory._urls import DEFAULT_URL
+from agents_memory._urls import DEFAULT_URL, URL_ENV, resolve_url
+
+if TYPE_CHECKING:
+    from agents_memory._admin._target import Target
 
 PANEL = "Store"
 
@@ -102,6 +104,8 @@ def target(
 
 def target_for_url(url: str, names: TableNames, *, option: str) -> Target:
     """A target for a URL given on the command line; an unsupported one is a usage error."""
+    from agents_memory._admin._target import Target  # noqa: PLC0415 - not for --help
+
     try:
         return Target(url, names)
     except UnsupportedDatabaseError as exc:

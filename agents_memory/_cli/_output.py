@@ -23,7 +23,7 @@ from rich.progress import (
 from rich.progress import Progress as RichProgress
 from rich.text import Text
 
-from agents_memory._admin._transfer import NoProgress, Progress
+from agents_memory._admin._types import NoProgress, Progress
 
 WIDE = 200
 """Width for output that is not a terminal: rows stay on one line for grep and friends."""

@@ -9,18 +9,21 @@ the command was given is replaced by ``***`` in whatever is printed.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Coroutine, Iterable
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from urllib.parse import quote_plus
 
 import typer
 from rich.text import Text
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from agents_memory._cli._options import globals_of, raw_url
 from agents_memory._cli._output import EXIT_INTERRUPTED, INTERRUPTED, err, stop_progress
 from agents_memory._errors import AgentsMemoryError
 from agents_memory._urls import url_secrets
+
+if TYPE_CHECKING:
+    from sqlalchemy.exc import SQLAlchemyError
 
 T = TypeVar("T")
 
@@ -34,6 +37,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _database(exc: SQLAlchemyError) -> str:
+    from sqlalchemy.exc import DBAPIError  # noqa: PLC0415 - loaded by then: it raised
+
     if isinstance(exc, DBAPIError):
         reason = _first_line(exc.orig) if exc.orig is not None else _first_line(exc)
         if exc.statement is None or exc.connection_invalidated:
@@ -50,9 +55,10 @@ def _os(exc: OSError) -> str:
 
 def explain(exc: BaseException) -> str:
     """One sentence for an error: what went wrong and what to do next."""
+    sqlalchemy_exc = sys.modules.get("sqlalchemy.exc")  # not loaded: not its error
     if isinstance(exc, AgentsMemoryError):
         text = str(exc)
-    elif isinstance(exc, SQLAlchemyError):
+    elif sqlalchemy_exc is not None and isinstance(exc, sqlalchemy_exc.SQLAlchemyError):
         text = _database(exc)
     elif isinstance(exc, OSError):
         text = _os(exc)

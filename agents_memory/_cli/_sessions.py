@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from agents_memory._admin import _sessions as ops
+from agents_memory._cli import _lazy
 from agents_memory._cli._options import (
     JsonOption,
     MessagesTableOption,
@@ -23,8 +23,15 @@ from agents_memory._cli._options import (
 from agents_memory._cli._output import json_text, out, plural, print_json, when
 from agents_memory._cli._render import MAX_TEXT, describe, shown_id
 from agents_memory._cli._run import run
-from agents_memory._sqlalchemy._metadata import FilterValue
-from agents_memory._sqlalchemy._store import MAX_PAGE_SIZE, _decode_cursor
+from agents_memory._ids import MAX_PAGE_SIZE
+
+if TYPE_CHECKING:
+    from agents_memory._admin import _sessions as ops
+    from agents_memory._sqlalchemy import _store
+    from agents_memory._sqlalchemy._metadata import FilterValue
+else:
+    ops = _lazy.module("agents_memory._admin._sessions")
+    _store = _lazy.module("agents_memory._sqlalchemy._store")
 
 app = typer.Typer(
     name="sessions",
@@ -67,7 +74,7 @@ def _parse_filter(values: list[str]) -> dict[str, FilterValue]:
 def _check_cursor(cursor: str | None) -> str | None:
     if cursor is not None:
         try:
-            _decode_cursor(cursor)
+            _store._decode_cursor(cursor)  # noqa: SLF001 - the store's own cursor format
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
     return cursor

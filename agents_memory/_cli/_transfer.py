@@ -7,14 +7,12 @@ import enum
 import io
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from agents_memory._admin._copy import copy as copy_store
-from agents_memory._admin._export import ExportResult, export_file, import_file
-from agents_memory._admin._export import export as export_stream
-from agents_memory._admin._transfer import IF_EXISTS, IfExists, TransferResult
+from agents_memory._admin._types import IF_EXISTS, IfExists
+from agents_memory._cli import _lazy
 from agents_memory._cli._options import (
     JsonOption,
     MessagesTableOption,
@@ -27,6 +25,14 @@ from agents_memory._cli._options import (
 from agents_memory._cli._output import err, plural, print_json, progress, show_progress
 from agents_memory._cli._run import run
 from agents_memory._tables import TableNames
+
+if TYPE_CHECKING:
+    from agents_memory._admin import _copy, _export
+    from agents_memory._admin._export import ExportResult
+    from agents_memory._admin._transfer import TransferResult
+else:
+    _copy = _lazy.module("agents_memory._admin._copy")
+    _export = _lazy.module("agents_memory._admin._export")
 
 BatchOption = Annotated[
     int,
@@ -109,7 +115,9 @@ def export(
         on_terminal = show_progress(data_on_stdout=True)
         try:
             with progress("export", enabled=on_terminal) as bar:
-                work = export_stream(where, stream, session_ids=ids, batch_size=batch, progress=bar)
+                work = _export.export(
+                    where, stream, session_ids=ids, batch_size=batch, progress=bar
+                )
                 done = run(ctx, work)
         finally:
             stream.flush()
@@ -120,7 +128,7 @@ def export(
     with progress("export", enabled=show_progress(json_output=as_json)) as bar:
         done = run(
             ctx,
-            export_file(where, output, session_ids=ids, batch_size=batch, progress=bar),
+            _export.export_file(where, output, session_ids=ids, batch_size=batch, progress=bar),
         )
     if as_json:
         print_json({**dataclasses.asdict(done), "file": str(output)})
@@ -156,7 +164,7 @@ def import_(
     with progress("import", enabled=show_progress(json_output=as_json)) as bar:
         result = run(
             ctx,
-            import_file(where, source, batch_size=batch, if_exists=mode, progress=bar),
+            _export.import_file(where, source, batch_size=batch, if_exists=mode, progress=bar),
         )
     if as_json:
         print_json(dataclasses.asdict(result))
@@ -220,7 +228,7 @@ def copy(
     with progress("copy", enabled=show_progress(json_output=as_json)) as bar:
         result = run(
             ctx,
-            copy_store(source, dest, batch_size=batch, if_exists=mode, progress=bar),
+            _copy.copy(source, dest, batch_size=batch, if_exists=mode, progress=bar),
             urls=[source.url, dest.url],
         )
     if as_json:

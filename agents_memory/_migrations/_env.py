@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
 from collections.abc import Mapping
 
 from alembic.operations import Operations
@@ -25,34 +24,9 @@ from agents_memory._migrations._runner import (
     migration_opts,
     sqlite_foreign_keys_off,
 )
-from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
-from agents_memory._urls import DEFAULT_URL, mask_url
+from agents_memory._tables import TableNames, resolve_names
+from agents_memory._urls import mask_url, resolve_url
 from agents_memory.migrations import _on_connection as on_connection
-
-URL_ENV = "AGENTS_MEMORY_URL"
-SESSIONS_TABLE_ENV = "AGENTS_MEMORY_SESSIONS_TABLE"
-MESSAGES_TABLE_ENV = "AGENTS_MEMORY_MESSAGES_TABLE"
-
-
-def resolve_names(x_args: Mapping[str, str | None]) -> TableNames:
-    """``-x sessions_table=… -x messages_table=…``, else the environment, else the defaults.
-
-    The one rule for it: the CLI passes its options (``--sessions-table`` …) here too.
-    """
-    return TableNames(
-        x_args.get("sessions_table")
-        or os.environ.get(SESSIONS_TABLE_ENV)
-        or DEFAULT_SESSIONS_TABLE,
-        x_args.get("messages_table")
-        or os.environ.get(MESSAGES_TABLE_ENV)
-        or DEFAULT_MESSAGES_TABLE,
-    )
-
-
-def resolve_url(x_args: Mapping[str, str | None]) -> str:
-    """``-x url=…``, else ``$AGENTS_MEMORY_URL``, else the embedded SQLite default."""
-    return x_args.get("url") or os.environ.get(URL_ENV) or DEFAULT_URL
-
 
 X_KEYS = ("url", "sessions_table", "messages_table")
 """The ``-x key=value`` arguments this environment reads."""

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agents_memory._closing import AsyncClosing
 from agents_memory._codec import OnCorrupt
-from agents_memory._ids import validate_session_id
+from agents_memory._ids import MAX_PAGE_SIZE, validate_session_id
 from agents_memory._protocol import coerce_settings
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._engine import create_engine
@@ -31,8 +31,6 @@ from agents_memory._urls import DEFAULT_URL, mask_url
 
 if TYPE_CHECKING:
     from agents_memory._protocol import SessionSettings
-
-MAX_PAGE_SIZE = 1000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
