@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperGroup, TyperOption
 
 import agents_memory
 from agents_memory._cli import _db, _sessions, _transfer
@@ -54,11 +54,44 @@ def hoist_globals(args: list[str]) -> list[str]:
     return front + rest
 
 
+def _no_type(ctx: Any) -> None:  # noqa: ANN401, ARG001 - typer's click context
+    return None
+
+
+def tidy_help(command: Any, ctx: Any) -> None:  # noqa: ANN401 - typer's click objects
+    """Make every command's help read as a person would write it.
+
+    Typer labels each option with its Python type (``--json <bool>``, ``--url
+    <str>``, ``--metadata <list[str]>``) and each argument with its parameter
+    name. Here a flag shows no value (it takes none), and an option or argument
+    without a metavar of its own gets its name in capitals (``--limit LIMIT``,
+    ``{SESSION_ID}``), the convention of ``man`` pages. Walks the whole tree, the
+    help options included, through click's public ``params``/``commands``/
+    ``get_help_option``.
+    """
+    params = list(command.params)
+    help_option = command.get_help_option(ctx)
+    if help_option is not None:
+        params.append(help_option)
+    for param in params:
+        if isinstance(param, TyperOption) and param.is_flag:
+            param.metavar = ""
+        elif isinstance(param, TyperOption | TyperArgument):
+            if param.metavar is None and not param.type_descriptor.is_choice and param.name:
+                param.metavar = param.name.rstrip("_").upper()
+            if isinstance(param, TyperArgument):
+                # its name column already reads SESSION_ID / FILE: no "<list[str]>" beside it
+                param.display_type_rich = _no_type  # type: ignore[method-assign]
+    for sub in getattr(command, "commands", {}).values():
+        tidy_help(sub, ctx)
+
+
 class _GlobalsAnywhere(TyperGroup):
     """The root group: global options are accepted after the command name too."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # noqa: ANN401 - typer._click.Context
         """Parse with the global options moved before the command (see :func:`hoist_globals`)."""
+        tidy_help(self, ctx)
         return super().parse_args(ctx, hoist_globals(args))
 
 

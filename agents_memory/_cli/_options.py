@@ -42,6 +42,7 @@ SessionsTableOption = Annotated[
     str | None,
     typer.Option(
         "--sessions-table",
+        metavar="NAME",
         help=f"Sessions table; else ${SESSIONS_TABLE_ENV}, else {DEFAULT_SESSIONS_TABLE}.",
         show_default=False,
         rich_help_panel=PANEL,
@@ -51,6 +52,7 @@ MessagesTableOption = Annotated[
     str | None,
     typer.Option(
         "--messages-table",
+        metavar="NAME",
         help=f"Messages table; else ${MESSAGES_TABLE_ENV}, else {DEFAULT_MESSAGES_TABLE}.",
         show_default=False,
         rich_help_panel=PANEL,

@@ -91,7 +91,9 @@ def _check_cursor(cursor: str | None) -> str | None:
 )
 def list_(
     ctx: typer.Context,
-    limit: Annotated[int, typer.Option(min=1, max=MAX_PAGE_SIZE, help="Sessions per page.")] = 20,
+    limit: Annotated[
+        int, typer.Option(min=1, max=MAX_PAGE_SIZE, metavar="N", help="Sessions per page.")
+    ] = 20,
     cursor: Annotated[
         str | None,
         typer.Option(help="Continue after a previous page (its cursor).", callback=_check_cursor),
@@ -101,6 +103,7 @@ def list_(
         typer.Option(
             "--metadata",
             "-m",
+            metavar="KEY=VALUE",
             help="Only sessions whose metadata has key=value (text) or key:=json; repeatable.",
         ),
     ] = None,
@@ -160,7 +163,8 @@ def show(
     ctx: typer.Context,
     session_id: SessionIdArgument,
     limit: Annotated[
-        int | None, typer.Option(min=0, help="Only the latest N items.", show_default=False)
+        int | None,
+        typer.Option(min=0, metavar="N", help="Only the latest N items.", show_default=False),
     ] = None,
     full: Annotated[
         bool,
@@ -232,7 +236,9 @@ def delete(
 )
 def stats(
     ctx: typer.Context,
-    largest: Annotated[int, typer.Option(min=0, max=100, help="How many largest to list.")] = 5,
+    largest: Annotated[
+        int, typer.Option(min=0, max=100, metavar="N", help="How many largest to list.")
+    ] = 5,
     url: UrlOption = None,
     sessions_table: SessionsTableOption = None,
     messages_table: MessagesTableOption = None,

@@ -36,7 +36,9 @@ else:
 
 BatchOption = Annotated[
     int,
-    typer.Option("--batch", min=1, max=10_000, help="Items per read and per write transaction."),
+    typer.Option(
+        "--batch", min=1, max=10_000, metavar="N", help="Items per read and per write transaction."
+    ),
 ]
 
 
@@ -87,13 +89,17 @@ def export(
     session_ids: Annotated[
         list[str] | None,
         typer.Argument(
-            help="Sessions to export (default: all).", metavar="[SESSION_ID]...", show_default=False
+            help="Sessions to export (default: all).", metavar="SESSION_ID", show_default=False
         ),
     ] = None,
     output: Annotated[
         Path | None,
         typer.Option(
-            "--output", "-o", help="File to write (default: standard output).", dir_okay=False
+            "--output",
+            "-o",
+            metavar="FILE",
+            help="File to write (default: standard output).",
+            dir_okay=False,
         ),
     ] = None,
     batch: BatchOption = 1000,
@@ -176,12 +182,17 @@ def copy(
     ctx: typer.Context,
     to: Annotated[
         str,
-        typer.Option("--to", help="URL of the store to copy into.", show_default=False),
+        typer.Option(
+            "--to", metavar="URL", help="URL of the store to copy into.", show_default=False
+        ),
     ],
     from_: Annotated[
         str | None,
         typer.Option(
-            "--from", help="URL to copy from (default: the --url in force).", show_default=False
+            "--from",
+            metavar="URL",
+            help="URL to copy from (default: the --url in force).",
+            show_default=False,
         ),
     ] = None,
     if_exists: IfExistsOption = IfExistsChoice.resume,
@@ -190,6 +201,7 @@ def copy(
         str | None,
         typer.Option(
             "--to-sessions-table",
+            metavar="NAME",
             help="Sessions table in the target (default: the source's).",
             show_default=False,
         ),
@@ -198,6 +210,7 @@ def copy(
         str | None,
         typer.Option(
             "--to-messages-table",
+            metavar="NAME",
             help="Messages table in the target (default: the source's).",
             show_default=False,
         ),

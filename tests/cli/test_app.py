@@ -55,6 +55,34 @@ def test_help_on_every_level_has_examples(command: list[str]) -> None:
     assert f"agents-memory {' '.join(command)}".strip() in result.stdout
 
 
+def _all_commands() -> list[list[str]]:
+    """Every group and command of the real tree (new commands are covered without a list)."""
+    import typer.main  # noqa: PLC0415
+
+    found: list[list[str]] = []
+
+    def walk(command: object, path: list[str]) -> None:
+        found.append(path)
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+def test_the_list_of_commands_is_complete() -> None:
+    """COMMANDS (the examples test) names every command the tree has."""
+    assert sorted(_all_commands()) == sorted(COMMANDS)
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) or "root" for c in COMMANDS])
+def test_help_reads_as_written_by_a_person(command: list[str]) -> None:
+    """No Python type names, no doubled brackets: a flag shows no value, a value a name."""
+    text = invoke(*command, "--help").stdout
+    for typer_label in ("<bool>", "<str>", "<int", "<list[", "<file>", "<path>", "[[", "{file}"):
+        assert typer_label not in text, (typer_label, text)
+
+
 @pytest.mark.parametrize(
     "args",
     [
