@@ -1,4 +1,4 @@
-"""The one rule for session ids, shared by every backend, and for pages of them."""
+"""The rules for values every backend shares: session ids, listing pages, SQL counts."""
 
 from __future__ import annotations
 
@@ -9,6 +9,17 @@ SESSION_ID_MAX_LENGTH = 255
 
 MAX_PAGE_SIZE = 1000
 """Most sessions one listing page returns (``SessionStore.list_sessions``, ``sessions list``)."""
+
+
+MAX_SQL_INT = 2**63 - 1
+"""The largest count a SQL ``LIMIT`` takes (a signed 64-bit integer on every database)."""
+
+
+def check_sql_int(name: str, value: int) -> None:
+    """Refuse a count no database can bind, instead of a raw ``OverflowError``/``DBAPIError``."""
+    if value > MAX_SQL_INT:
+        msg = f"{name} must be at most {MAX_SQL_INT} (a 64-bit SQL integer), got {value}"
+        raise ValueError(msg)
 
 
 def validate_session_id(session_id: object) -> str:

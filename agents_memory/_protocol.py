@@ -17,6 +17,8 @@ import sys
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
+from agents_memory._ids import check_sql_int
+
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
     from agents.memory import Session, SessionABC, SessionSettings
@@ -134,6 +136,7 @@ def resolve_limit(explicit: int | None, settings: SessionSettings | None) -> int
     if limit < 0:
         msg = f"{what} must be >= 0, got {limit}"
         raise ValueError(msg)
+    check_sql_int(what, limit)  # every session class, the stdlib one included
     return limit
 
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from agents_memory._codec import decode_rows, encode_items
 from agents_memory._databases import sqlite as lite
-from agents_memory._errors import SessionClosedError
+from agents_memory._errors import DatabaseConnectionError, SessionClosedError
 from agents_memory._ids import validate_session_id
 from agents_memory._protocol import SessionBase, coerce_settings, resolve_limit
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
@@ -208,7 +208,15 @@ class SQLiteSession(SessionBase):
         conn = self._conn
         if conn is None:
             # Opened on the thread that owns it; the constructor's first job does it.
-            conn = self._conn = _connect(self._path, self._names, self._write_lock)
+            try:
+                conn = self._conn = _connect(self._path, self._names, self._write_lock)
+            except sqlite3.DatabaseError as exc:
+                kind = lite.SQLite.classify(exc)
+                advice = lite.SQLite.cannot_open_advice(self._path, kind or "connect")
+                if kind not in ("connect", "notadb") or advice is None:
+                    raise
+                msg = f"cannot open the SQLite database {self._path!r} ({exc}); {advice}"
+                raise DatabaseConnectionError(msg) from exc
         return operation(conn)
 
     def _close_in_worker(self) -> None:

@@ -24,6 +24,7 @@ from agents import testing
 from session_contract import SessionContract, msg
 
 from agents_memory import (
+    DatabaseConnectionError,
     Session,
     SessionClosedError,
     SessionSettings,
@@ -585,5 +586,6 @@ async def test_constructor_creates_the_tables(db: Path) -> None:
 def test_constructor_fails_on_a_file_that_is_not_a_database(db: Path) -> None:
     """A path that holds something else fails in the constructor, not at the first call."""
     db.write_bytes(b"not a database, just bytes " * 100)
-    with pytest.raises(sqlite3.DatabaseError):
+    with pytest.raises(DatabaseConnectionError, match="not a SQLite database") as info:
         SQLiteSession("s", db)
+    assert isinstance(info.value.__cause__, sqlite3.DatabaseError)  # the driver's, kept

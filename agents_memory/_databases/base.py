@@ -567,8 +567,12 @@ class Database:
         return f"{host} ({mask_url(url)})"
 
     @classmethod
-    def cannot_open_advice(cls) -> str | None:
-        """How to fix a database that cannot be opened, where it is not a server (SQLite)."""
+    def cannot_open_advice(cls, database: str | None, kind: str) -> str | None:  # noqa: ARG003
+        """How to fix a database file that cannot be opened; ``None`` for servers.
+
+        ``kind`` is :meth:`classify`'s ``connect`` or ``notadb``; both SQLite classes
+        (through ``_faults`` and ``SQLiteSession``) word the failure with it.
+        """
         return None
 
 

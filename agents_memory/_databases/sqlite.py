@@ -34,6 +34,7 @@ import sqlite3
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from sqlalchemy import (
@@ -1110,7 +1111,14 @@ class SQLite(Database):
         return f"the SQLite database {url.database or ':memory:'!r}"
 
     @classmethod
-    def cannot_open_advice(cls) -> str | None:
+    def cannot_open_advice(cls, database: str | None, kind: str) -> str | None:
+        if kind == "notadb":
+            return (
+                "it is not a SQLite database file: give the path of a database file, or of "
+                "one that does not exist yet"
+            )
+        if database and Path(database).is_dir():
+            return "it is a directory: give the path of a database file (in it, say)"
         return "check that its directory exists and is writable by this process"
 
     @classmethod

@@ -26,6 +26,7 @@ from agents_memory._databases import pool as driver_pool
 from agents_memory._databases import sqlite as sqlite_module
 from agents_memory._databases.base import Database, Operations, Statements, observed
 from agents_memory._errors import DatabaseConnectionError, SessionClosedError
+from agents_memory._ids import check_sql_int
 from agents_memory._sqlalchemy._cancel import run_to_completion
 from agents_memory._sqlalchemy._engine import EngineState, engine_state
 from agents_memory._sqlalchemy._faults import connection_errors, retry_delay
@@ -34,16 +35,6 @@ from agents_memory._tables import TableNames
 from agents_memory._urls import mask_url
 
 T = TypeVar("T")
-
-MAX_SQL_INT = 2**63 - 1
-"""The largest count a SQL ``LIMIT`` takes (a signed 64-bit integer on every database)."""
-
-
-def check_sql_int(name: str, value: int) -> None:
-    """Refuse a count no database can bind, instead of a raw ``OverflowError``/``DBAPIError``."""
-    if value > MAX_SQL_INT:
-        msg = f"{name} must be at most {MAX_SQL_INT} (a 64-bit SQL integer), got {value}"
-        raise ValueError(msg)
 
 
 def _abandoned(engine: AsyncEngine, what: str) -> None:

@@ -45,9 +45,9 @@ from sqlalchemy.types import TypeEngine
 
 from agents_memory._codec import OnCorrupt, decode_row, encode_item
 from agents_memory._errors import AgentsMemoryError
-from agents_memory._ids import validate_session_id
+from agents_memory._ids import check_sql_int, validate_session_id
 from agents_memory._migrations._runner import lock as table_set_lock
-from agents_memory._sqlalchemy._backend import Backend, check_sql_int
+from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._metadata import validate_metadata
 from agents_memory._sqlalchemy._store import SessionStore
 from agents_memory._sqlalchemy._timestamps import naive_utc

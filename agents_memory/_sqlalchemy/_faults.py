@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import random
 from collections.abc import Iterator
-from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 from sqlalchemy.exc import DBAPIError
@@ -108,20 +107,13 @@ def _typed(
             "one process per file, or Postgres"
         )
         return DatabaseBusyError(msg)
-    if kind == "notadb":
-        msg = (
-            f"cannot open {where}: the file is not a database ({reason}); check the path in "
-            "the URL: it must name a database file, or a path where none exists yet"
-        )
-    elif kind == "lost":
+    if kind == "lost":
         msg = (
             f"lost the connection to {where} during the operation ({reason}); it was "
             "applied completely or not at all, so check with get_items() before retrying "
             "a write. The next call uses a fresh connection."
         )
-    elif (advice := db.cannot_open_advice()) is not None:
-        if engine.url.database and Path(engine.url.database).is_dir():
-            advice = "it is a directory: give the path of a database file (in it, say)"
+    elif (advice := db.cannot_open_advice(engine.url.database, kind)) is not None:
         msg = f"cannot open {where} ({reason}); {advice}"
     else:
         msg = (

@@ -7,7 +7,8 @@ import datetime as dt
 
 from sqlalchemy import func, select
 
-from agents_memory._sqlalchemy._backend import Backend, check_sql_int
+from agents_memory._ids import check_sql_int
+from agents_memory._sqlalchemy._backend import Backend
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
