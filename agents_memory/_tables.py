@@ -212,6 +212,12 @@ def _refusal(sessions: str, messages: str) -> str | None:
     for a pair never changes.
     """
     pair = f"table names {sessions!r}/{messages!r}"
+    if messages.lower() == version_table_for(sessions).lower():
+        return (
+            f"messages table {messages!r} is the name of the version table of sessions table "
+            f"{sessions!r} (where the migrations record its schema revision: "
+            "<sessions table>_version); choose another messages table name"
+        )
     for database in DATABASES:
         limit = IDENTIFIER_LIMITS[database]
         label = _DATABASE_LABELS[database]

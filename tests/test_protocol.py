@@ -133,7 +133,7 @@ def test_classes_loaded_after_the_sdk_are_its_session_subclasses() -> None:
 
 def test_models_name_the_head_revision() -> None:
     """``models.REVISION`` (what SQLiteSession stamps) is the scripts' head."""
-    assert agents_memory.models.REVISION == agents_memory.migrations.head()
+    assert agents_memory.migrations.head() == agents_memory.models.REVISION
 
 
 def test_public_api_is_exported() -> None:

@@ -111,10 +111,6 @@ def test_too_long_derived_name_is_refused_naming_the_limit(
 @pytest.mark.parametrize(
     ("pair", "what"),
     [
-        (("x", "x_version"), "messages table and the version table"),
-        (("agent_sessions", "agent_sessions_version"), "messages table and the version table"),
-        (("x", "X_VERSION"), "messages table and the version table"),
-        (("Chat", "chat_version"), "messages table and the version table"),
         (("s", "pk_s"), "messages table and the sessions table's primary key"),
         (("s", "PK_S"), "messages table and the sessions table's primary key"),
         (("s", "idx_s_updated_at"), "messages table and the sessions index on updated_at"),
@@ -131,6 +127,20 @@ def test_collisions_with_derived_names_are_refused(pair: tuple[str, str], what: 
     message = str(info.value)
     assert what in message
     assert "case-insensitively" in message
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [("agent_sessions", "agent_sessions_version"), ("x", "X_VERSION"), ("Chat", "chat_version")],
+)
+def test_a_messages_table_named_as_the_version_table_is_refused_as_such(
+    pair: tuple[str, str],
+) -> None:
+    """``<sessions>_version`` as the messages table: the message says it is the version table."""
+    with pytest.raises(ValueError, match="is the name of the version table") as info:
+        TableNames(*pair)
+    assert f"messages table {pair[1]!r}" in str(info.value)
+    assert f"sessions table {pair[0]!r}" in str(info.value)
 
 
 def test_case_insensitive_duplicates_are_refused() -> None:
