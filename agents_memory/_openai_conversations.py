@@ -17,12 +17,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import sys
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import agents.memory
-from openai import AsyncOpenAI, NotFoundError, Omit, omit
+from openai import (
+    APIConnectionError,
+    APIStatusError,
+    APITimeoutError,
+    AsyncOpenAI,
+    NotFoundError,
+    Omit,
+    RateLimitError,
+    omit,
+)
 from openai.types.conversations import ConversationItem
 
 from agents_memory._closing import AsyncClosing
@@ -35,6 +45,17 @@ if TYPE_CHECKING:
     from agents_memory._protocol import SessionSettings, TResponseInputItem
 
 logger = logging.getLogger("agents_memory")
+
+T = TypeVar("T")
+
+OUTCOME_UNKNOWN = (
+    "agents_memory: the server may or may not have applied this request (its answer was "
+    "lost); it was not retried, so that it cannot be applied twice. Check with get_items() "
+    "before writing again."
+)
+"""Added as a note to an error that leaves a write's outcome unknown."""
+
+MAX_RETRY_DELAY = 8.0
 
 MAX_ITEMS_PER_REQUEST = 20
 """The API's cap on items per create request (``POST /conversations`` and ``.../items``)."""
@@ -71,6 +92,38 @@ def _default_client() -> tuple[AsyncOpenAI, bool]:
     return AsyncOpenAI(), True
 
 
+def _never_applied(exc: Exception) -> bool:
+    """True when the server certainly did not apply the request, so sending it again is safe.
+
+    A rate-limit refusal (429) is answered before any work; a connection that was
+    never made (refused, DNS) carried no request. Anything else (a timeout, a
+    5xx, a connection dropped mid-answer) may have been applied.
+    """
+    if isinstance(exc, RateLimitError):
+        return True
+    if not isinstance(exc, APIConnectionError) or isinstance(exc, APITimeoutError):
+        return False
+    # The HTTP stack wraps the socket's error; its chain ends at the standard library's.
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ConnectionRefusedError | socket.gaierror):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def _delay(exc: Exception, attempt: int) -> float:
+    """The server's ``retry-after(-ms)`` if it sent one, else exponential back-off."""
+    response = exc.response if isinstance(exc, APIStatusError) else None
+    if response is not None:
+        for header, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+            try:
+                return min(MAX_RETRY_DELAY, max(0.0, float(response.headers[header]) * scale))
+            except (KeyError, ValueError):
+                continue
+    return float(min(MAX_RETRY_DELAY, 0.5 * 2**attempt))
+
+
 def _dump(item: ConversationItem) -> dict[str, Any]:
     """A listed item as the plain JSON dict the Session protocol deals in."""
     return item.model_dump(mode="json", exclude_unset=True)
@@ -85,8 +138,13 @@ class OpenAIConversationsSession(AsyncClosing, SessionBase):
     are serialised, so a read never sees half of a write made through it.
 
     A write larger than 20 items takes several requests and is not atomic: if
-    one fails, the earlier batches stay stored. Those writes run with the
-    client's retries switched off, so a lost response cannot store a batch twice.
+    one fails, the earlier batches stay stored. Requests that change the
+    conversation (item writes, deletes) are never retried by the client: the API
+    takes no idempotency key, so a retry after a lost answer would store a batch
+    twice (or pop two items). They are retried here only when the server
+    certainly did not apply them (429, no connection made), up to the client's
+    ``max_retries``; any other failure is raised with a note saying the outcome
+    is unknown.
     """
 
     def __init__(
@@ -143,11 +201,41 @@ class OpenAIConversationsSession(AsyncClosing, SessionBase):
             msg = "this session was closed; create a new OpenAIConversationsSession to use it"
             raise SessionClosedError(msg)
 
-    async def _start(self, items: Sequence[TResponseInputItem], client: AsyncOpenAI) -> str:
-        """Create the conversation (with its first items); callers hold the lock."""
-        conversation = await client.conversations.create(items=list(items))
+    async def _start(self, items: Sequence[TResponseInputItem]) -> str:
+        """Create the conversation (with its first items); callers hold the lock.
+
+        With items it is a write (see :meth:`_applying`); empty, a retry costs at
+        most an empty conversation nobody points at, so the client's policy applies.
+        """
+        create = self._client.conversations.create
+        if items:
+            conversation = await self._applying(lambda c: c.conversations.create(items=list(items)))
+        else:
+            conversation = await create(items=[])
         self._conversation_id = conversation.id
         return conversation.id
+
+    async def _applying(self, request: Callable[[AsyncOpenAI], Awaitable[T]]) -> T:
+        """Send a request that changes the conversation, never twice unless never applied.
+
+        The client's own retries are switched off for it (``with_options``, its
+        public API); refusals the server certainly did not act on are retried
+        here, as many times as the client would have.
+        """
+        client = self._client.with_options(max_retries=0)
+        retries = getattr(self._client, "max_retries", 2)
+        attempt = 0
+        while True:
+            try:
+                return await request(client)
+            except (APIConnectionError, APIStatusError) as exc:
+                if _never_applied(exc) and attempt < retries:
+                    await asyncio.sleep(_delay(exc, attempt))
+                    attempt += 1
+                    continue
+                if isinstance(exc, APIConnectionError) or exc.status_code >= 500:  # noqa: PLR2004
+                    exc.add_note(OUTCOME_UNKNOWN)
+                raise
 
     def _sendable(self, items: Sequence[TResponseInputItem]) -> list[TResponseInputItem]:
         """``items`` without those the API rejects as input, each reported in one log line."""
@@ -180,7 +268,7 @@ class OpenAIConversationsSession(AsyncClosing, SessionBase):
         async with self._lock:
             self._check_open()
             if self._conversation_id is None:
-                await self._start((), self._client)
+                await self._start(())
                 return []  # just created, so empty: no need to ask
             items = await self._list(self._conversation_id, n)
         return cast("list[TResponseInputItem]", items)
@@ -223,13 +311,15 @@ class OpenAIConversationsSession(AsyncClosing, SessionBase):
             sendable[i : i + MAX_ITEMS_PER_REQUEST]
             for i in range(0, len(sendable), MAX_ITEMS_PER_REQUEST)
         ]
-        client = self._client if len(batches) == 1 else self._client.with_options(max_retries=0)
         async with self._lock:
             self._check_open()
             if self._conversation_id is None:
-                await self._start(batches.pop(0), client)
+                await self._start(batches.pop(0))
+            conversation_id = self.session_id
             for batch in batches:
-                await client.conversations.items.create(self.session_id, items=batch)
+                await self._applying(
+                    lambda c, b=batch: c.conversations.items.create(conversation_id, items=b)
+                )
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Delete the newest item and return it; ``None`` when the conversation is empty.
@@ -241,7 +331,7 @@ class OpenAIConversationsSession(AsyncClosing, SessionBase):
         async with self._lock:
             self._check_open()
             if self._conversation_id is None:
-                await self._start((), self._client)
+                await self._start(())
                 return None
             conversation_id = self._conversation_id
             lost: str | None = None
@@ -254,8 +344,12 @@ class OpenAIConversationsSession(AsyncClosing, SessionBase):
                 item = _dump(page.data[0])
                 item_id = str(item["id"])
                 try:
-                    await self._client.conversations.items.delete(
-                        item_id, conversation_id=conversation_id
+                    # A retried delete whose first answer was lost would see "not found"
+                    # and pop the next item too: deletes are sent once (_applying).
+                    await self._applying(
+                        lambda c, i=item_id: c.conversations.items.delete(
+                            i, conversation_id=conversation_id
+                        )
                     )
                 except NotFoundError:
                     if item_id == lost:  # listed again yet still "not found": do not spin

@@ -12,6 +12,7 @@ to fail the next matching requests with a given status.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -57,6 +58,8 @@ class Fault:
     times: int
     message: str
     headers: dict[str, str]
+    applied: bool = False
+    """Carry the request out, then answer with the error (as when the answer is lost)."""
 
 
 class ApiError(Exception):
@@ -138,10 +141,15 @@ class FakeConversationsServer:
         times: int = 1,
         message: str = "injected failure",
         headers: dict[str, str] | None = None,
+        applied: bool = False,
     ) -> None:
-        """Answer the next ``times`` matching requests with ``status`` and nothing done."""
+        """Answer the next ``times`` matching requests with ``status``.
+
+        With nothing done; or, ``applied``, after doing what they asked, as a
+        gateway whose upstream answered too late.
+        """
         with self._lock:
-            self._faults.append(Fault(method, path, status, times, message, headers or {}))
+            self._faults.append(Fault(method, path, status, times, message, headers or {}, applied))
 
     def requests_matching(self, method: str, path: str = ".*") -> list[Request]:
         """The requests received so far with this method and a path matching the regex."""
@@ -171,6 +179,9 @@ class FakeConversationsServer:
             self.requests.append(Request(method, path, query, body))
             fault = self._take_fault(method, path)
         if fault is not None:
+            if fault.applied:
+                with self._lock, contextlib.suppress(ApiError):
+                    self._route(method, path, query, body)
             error = ApiError(fault.status, fault.message)
             return fault.status, error.body, fault.headers
         if method == "POST" and path == "/conversations" and self.create_delay:

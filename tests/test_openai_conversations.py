@@ -22,6 +22,7 @@ from agents_memory import (
     SessionNotStartedError,
     SessionSettings,
 )
+from agents_memory._openai_conversations import OUTCOME_UNKNOWN, _never_applied
 
 ITEMS = r"/conversations/[^/]+/items"
 ONE_ITEM = r"/conversations/[^/]+/items/[^/]+"
@@ -461,16 +462,101 @@ async def test_multi_request_write_is_never_retried(
     assert without_ids(server.items(session.session_id)) == [msg(0)]
 
 
-async def test_single_request_write_keeps_the_clients_retries(
+def _unknown_outcome(exc: BaseException) -> bool:
+    return OUTCOME_UNKNOWN in getattr(exc, "__notes__", [])
+
+
+async def test_a_lost_answer_to_a_write_never_stores_it_twice(
     server: FakeConversationsServer, client: AsyncOpenAI
 ) -> None:
-    """A one-request write uses the client's retry policy: a transient 500 is retried once."""
+    """The server stores the batch, the gateway answers 502: not retried, stored once, said so.
+
+    The client would retry a 502 twice; with no idempotency key in the API that
+    stored the SDK's batch twice.
+    """
+    session = OpenAIConversationsSession(openai_client=client.with_options(max_retries=2))
+    await session.add_items([msg(0)])
+    server.fail("POST", ITEMS, 502, applied=True, headers={"retry-after-ms": "1"})
+    with pytest.raises(openai.InternalServerError) as info:
+        await session.add_items([msg(1)])
+    assert _unknown_outcome(info.value)
+    assert len(server.requests_matching("POST", ITEMS)) == 1  # (the first write created it)
+    assert without_ids(server.items(session.session_id)) == [msg(0), msg(1)]
+
+
+async def test_a_lost_answer_to_the_creating_write_creates_one_conversation(
+    server: FakeConversationsServer, client: AsyncOpenAI
+) -> None:
+    """The first write creates the conversation with its items: also sent once."""
+    session = OpenAIConversationsSession(openai_client=client.with_options(max_retries=2))
+    server.fail("POST", "/conversations", 502, applied=True, headers={"retry-after-ms": "1"})
+    with pytest.raises(openai.InternalServerError) as info:
+        await session.add_items([msg(0)])
+    assert _unknown_outcome(info.value)
+    assert len(server.conversations) == 1
+    assert session.conversation_id is None  # its id never reached us: nothing points at it
+
+
+async def test_a_lost_answer_to_a_pop_deletes_one_item(
+    server: FakeConversationsServer, client: AsyncOpenAI
+) -> None:
+    """A retried delete would find the item gone and pop the next one too: sent once."""
+    session = OpenAIConversationsSession(openai_client=client.with_options(max_retries=2))
+    await session.add_items([msg(0), msg(1), msg(2)])
+    server.fail("DELETE", ONE_ITEM, 502, applied=True, headers={"retry-after-ms": "1"})
+    with pytest.raises(openai.InternalServerError) as info:
+        await session.pop_item()
+    assert _unknown_outcome(info.value)
+    assert without_ids(server.items(session.session_id)) == [msg(0), msg(1)]
+
+
+async def test_a_server_error_on_a_write_is_not_retried(
+    server: FakeConversationsServer, client: AsyncOpenAI
+) -> None:
+    """A 500 may have been applied: raised at once with the note; the caller decides."""
     session = OpenAIConversationsSession(openai_client=client.with_options(max_retries=2))
     await session.add_items([msg(0)])
     server.fail("POST", ITEMS, 500, headers={"retry-after-ms": "1"})
+    with pytest.raises(openai.InternalServerError) as info:
+        await session.add_items([msg(1)])
+    assert _unknown_outcome(info.value)
+    assert len(server.requests_matching("POST", ITEMS)) == 1
+    assert without_ids(server.items(session.session_id)) == [msg(0)]
+
+
+async def test_a_rate_limited_write_is_retried(
+    server: FakeConversationsServer, client: AsyncOpenAI
+) -> None:
+    """429 is a refusal before any work: retried (after retry-after), stored once."""
+    session = OpenAIConversationsSession(openai_client=client.with_options(max_retries=2))
+    await session.add_items([msg(0)])
+    server.fail("POST", ITEMS, 429, times=2, headers={"retry-after-ms": "1"})
     await session.add_items([msg(1)])
-    assert len(server.requests_matching("POST", ITEMS)) == 2
+    assert len(server.requests_matching("POST", ITEMS)) == 3  # two refused, one stored
     assert without_ids(server.items(session.session_id)) == [msg(0), msg(1)]
+
+
+async def test_rate_limits_past_the_clients_retries_are_raised(
+    server: FakeConversationsServer, client: AsyncOpenAI
+) -> None:
+    """As many retries as the client's max_retries, then the 429 (nothing was stored)."""
+    session = OpenAIConversationsSession(openai_client=client.with_options(max_retries=1))
+    await session.add_items([msg(0)])
+    server.fail("POST", ITEMS, 429, times=5, headers={"retry-after-ms": "1"})
+    with pytest.raises(openai.RateLimitError) as info:
+        await session.add_items([msg(1)])
+    assert not _unknown_outcome(info.value)
+    assert len(server.requests_matching("POST", ITEMS)) == 2
+    assert without_ids(server.items(session.session_id)) == [msg(0)]
+
+
+async def test_a_connection_never_made_counts_as_never_applied() -> None:
+    """A refused connection (nothing listens on port 1) is the one connection error retried."""
+    dead = AsyncOpenAI(base_url="http://127.0.0.1:1/v1", api_key="sk-test", max_retries=0)
+    with pytest.raises(openai.APIConnectionError) as info:
+        await dead.conversations.create(items=[])
+    assert _never_applied(info.value)
+    await dead.close()
 
 
 # -- construction and lifetime ----------------------------------------------------------------
