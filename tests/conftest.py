@@ -18,6 +18,7 @@ pid, a session setting or a startup parameter) says so with
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import uuid
@@ -56,6 +57,8 @@ class Backend:
     kind: str  # "sqlite", "postgres" (also through PgBouncer) or "mysql"
     url: str
 
+
+_TABLES_BEFORE = pytest.StashKey[dict[str, set[str]]]()
 
 _DEFAULT_PORTS = {"postgres": 5432, "mysql": 3306, "pgbouncer": 6432}
 _HOW_TO_START = {"pgbouncer": "; start one with `bash .ci/pgbouncer`"}
@@ -204,3 +207,61 @@ def pytest_report_header() -> list[str]:
         f"agents_memory {agents_memory.__version__} from {Path(agents_memory.__file__).parent}",
         f"databases: {', '.join(sorted(SELECTED))} (AGENTS_MEMORY_TEST_DB); CI={IN_CI}",
     ]
+
+
+# -- the suite leaves no table behind -------------------------------------------------------
+
+_DIRECT_SERVERS = {"postgres": POSTGRES_URL, "mysql": MYSQL_URL}
+"""Where tables live (PgBouncer's tables are Postgres'): one listing per server."""
+
+
+def _server_tables() -> dict[str, set[str]]:
+    """Every table in each selected server's database, by server ("" when it does not answer)."""
+    from sqlalchemy import inspect  # noqa: PLC0415
+
+    wanted = {
+        kind: url
+        for kind, url in _DIRECT_SERVERS.items()
+        if (kind in SELECTED or (kind == "postgres" and "pgbouncer" in SELECTED))
+        and _server_answers(kind, url) is None
+    }
+
+    async def listing(url: str) -> set[str]:
+        eng = create_engine(url)
+        try:
+            async with eng.connect() as conn:
+                return set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
+        finally:
+            await eng.dispose()
+
+    async def all_of_them() -> dict[str, set[str]]:
+        return {kind: await listing(url) for kind, url in wanted.items()}
+
+    return asyncio.run(all_of_them())
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Note the servers' tables before the first test."""
+    session.config.stash[_TABLES_BEFORE] = _server_tables()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Tables the run created and left behind fail the run under CI (else are reported).
+
+    Outside CI another run may share the servers and own what appeared meanwhile,
+    so there it is a warning; CI runs alone.
+    """
+    before = session.config.stash.get(_TABLES_BEFORE, None)
+    if before is None or exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        return
+    after = _server_tables()
+    left = {kind: sorted(after.get(kind, set()) - tables) for kind, tables in before.items()}
+    left = {kind: tables for kind, tables in left.items() if tables}
+    if not left:
+        return
+    text = "; ".join(f"{kind}: {', '.join(tables)}" for kind, tables in left.items())
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"tables left behind by this run: {text}", red=IN_CI, yellow=not IN_CI)
+    if IN_CI:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
