@@ -124,6 +124,20 @@ def _delay(exc: Exception, attempt: int) -> float:
     return float(min(MAX_RETRY_DELAY, 0.5 * 2**attempt))
 
 
+def _adding(
+    conversation_id: str, items: list[TResponseInputItem]
+) -> Callable[[AsyncOpenAI], Awaitable[object]]:
+    """The request that appends ``items`` (one batch), for :meth:`_applying`."""
+    return lambda client: client.conversations.items.create(conversation_id, items=items)
+
+
+def _deleting(conversation_id: str, item_id: str) -> Callable[[AsyncOpenAI], Awaitable[object]]:
+    """The request that deletes one item, for :meth:`_applying`."""
+    return lambda client: client.conversations.items.delete(
+        item_id, conversation_id=conversation_id
+    )
+
+
 def _dump(item: ConversationItem) -> dict[str, Any]:
     """A listed item as the plain JSON dict the Session protocol deals in."""
     return item.model_dump(mode="json", exclude_unset=True)
@@ -317,9 +331,7 @@ class OpenAIConversationsSession(AsyncClosing, SessionBase):
                 await self._start(batches.pop(0))
             conversation_id = self.session_id
             for batch in batches:
-                await self._applying(
-                    lambda c, b=batch: c.conversations.items.create(conversation_id, items=b)
-                )
+                await self._applying(_adding(conversation_id, batch))
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Delete the newest item and return it; ``None`` when the conversation is empty.
@@ -346,11 +358,7 @@ class OpenAIConversationsSession(AsyncClosing, SessionBase):
                 try:
                     # A retried delete whose first answer was lost would see "not found"
                     # and pop the next item too: deletes are sent once (_applying).
-                    await self._applying(
-                        lambda c, i=item_id: c.conversations.items.delete(
-                            i, conversation_id=conversation_id
-                        )
-                    )
+                    await self._applying(_deleting(conversation_id, item_id))
                 except NotFoundError:
                     if item_id == lost:  # listed again yet still "not found": do not spin
                         raise
