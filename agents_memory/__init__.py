@@ -20,7 +20,10 @@ from agents_memory._errors import (
     DatabaseConnectionError,
     SchemaNotReadyError,
     SessionClosedError,
+    SessionExistsError,
+    SessionNotFoundError,
     SessionNotStartedError,
+    TurnNotFoundError,
     UnsupportedDatabaseError,
 )
 from agents_memory._sqlalchemy._engine import create_engine
@@ -78,7 +81,9 @@ __all__ = [
     "Session",
     "SessionABC",
     "SessionClosedError",
+    "SessionExistsError",
     "SessionInfo",
+    "SessionNotFoundError",
     "SessionNotStartedError",
     "SessionPage",
     "SessionSettings",
@@ -86,6 +91,7 @@ __all__ = [
     "StoreStats",
     "TResponseInputItem",
     "TableNames",
+    "TurnNotFoundError",
     "UnsupportedDatabaseError",
     "__version__",
     "create_engine",

@@ -157,6 +157,30 @@ class SQLAlchemySession(AsyncClosing, SessionBase):
         """Delete the session and all of its items."""
         await self._live().clear(self.session_id)
 
+    async def replace_items(self, items: list[TResponseInputItem]) -> None:
+        """Replace the whole history with ``items``, atomically: the old history or the new.
+
+        For compaction, edits and redaction. Every item is validated and encoded
+        first (a bad one raises ``TypeError``/``ValueError`` and nothing changes);
+        then one transaction deletes the session's items and inserts ``items`` in
+        order, so a reader, a cancel, a lost connection or a killed process sees
+        the old history or the new one, never an empty or partial one. The session
+        row stays (its metadata and ``created_at`` kept, ``updated_at`` bumped),
+        created if missing; ``replace_items([])`` empties the history but keeps it.
+        """
+        data = encode_items(items, ensure_ascii=self._ensure_ascii)
+        await self._live().replace(self.session_id, data)
+
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """The Agents SDK's compaction hook: ``OpenAIResponsesCompactionSession`` calls it.
+
+        The SDK's wrapper looks this method up on the wrapped session's type and,
+        when present, swaps the history through it instead of ``clear_session`` then
+        ``add_items`` (two transactions, with a window in which the history is empty).
+        """
+        await self.replace_items(items)
+        return True
+
     async def get_metadata(self) -> dict[str, Any]:
         """The session's metadata tags (``{}`` when none were set or the session is new)."""
         backend = self._live()
