@@ -49,7 +49,7 @@ class FakeCompactServer:
         self._httpd.server_close()
         self._thread.join()
 
-    def compact(self, body: Any) -> tuple[int, Any]:  # noqa: ANN401
+    def compact(self, body: Any) -> tuple[int, Any]:
         """The endpoint: a summary of the input items as the compacted output."""
         with self._lock:
             self.requests.append(body)
@@ -91,7 +91,7 @@ def _handler_for(server: FakeCompactServer) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"  # keep-alive, as the client's connection pool expects
         disable_nagle_algorithm = True
 
-        def do_POST(self) -> None:  # noqa: N802 - the http.server hook
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
             if self.path.split("?")[0] != "/v1/responses/compact":

@@ -30,7 +30,7 @@ OLD = [{"role": "user", "content": f"old {i}", "pad": "o" * 60} for i in range(3
 NEW = [{"role": "assistant", "content": f"new {i}", "pad": "n" * 60} for i in range(200)]
 
 
-def _observe(_conn: Any, _cursor: Any, _statement: str, *_: Any) -> None:  # noqa: ANN401
+def _observe(_conn: Any, _cursor: Any, _statement: str, *_: Any) -> None:
     """An execution listener: the engine is observed, so its statements go through SQLAlchemy."""
 
 
@@ -197,7 +197,7 @@ async def test_cancel_at_random_points_leaves_old_or_new(rstore: SessionStore) -
 @contextlib.asynccontextmanager
 async def _session_row_locked(store: SessionStore, session_id: str) -> AsyncIterator[None]:
     """Hold the session row's lock (``SELECT … FOR UPDATE``) in another transaction."""
-    sessions = store._backend.st.sessions  # noqa: SLF001 - the test's own table
+    sessions = store._backend.st.sessions
     async with store.engine.connect() as conn, conn.begin():
         query = select(sessions.c.session_id).where(sessions.c.session_id == session_id)
         await conn.execute(query.with_for_update())
@@ -257,13 +257,13 @@ async def test_cancel_while_waiting_on_the_session_lock(backend: Any, rstore: Se
 PRELOAD = ["agents_memory", "sqlalchemy.ext.asyncio", "aiosqlite", "asyncpg", "_replace_child"]
 
 
-def _context() -> Any:  # noqa: ANN401
+def _context() -> Any:
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     return ctx
 
 
-async def _kill_one(ctx: Any, url: str, tables: tuple[str, str], start: int) -> list[int]:  # noqa: ANN401
+async def _kill_one(ctx: Any, url: str, tables: tuple[str, str], start: int) -> list[int]:
     """Start a replacing child, let it run for a random time, SIGKILL it; its acknowledgements."""
     reader, writer = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_replace_child.main, args=(url, tables, start, writer), daemon=True)
