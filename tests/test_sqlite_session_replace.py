@@ -55,7 +55,7 @@ async def test_round_trip_and_bad_input(db: Path, where: str) -> None:
         assert await s.get_items() == NEW[:3]
         with pytest.raises(TypeError):
             await s.replace_items([{"ok": 1}, "nope"])  # type: ignore[list-item]
-        with pytest.raises(ValueError, match="NaN|nan|JSON"):
+        with pytest.raises(ValueError, match=r"NaN|nan|JSON"):
             await s.replace_items([{"x": float("nan")}])
         assert await s.get_items() == NEW[:3]
         await s.replace_items([])
@@ -146,7 +146,7 @@ async def test_sdk_compaction_is_atomic_over_it(
             old = await s.get_items()
             stop = asyncio.Event()
 
-            async def reader(old: list[Any] = old) -> None:
+            async def reader(old: list[Any] = old, stop: asyncio.Event = stop) -> None:
                 nonlocal bad, reads
                 while not stop.is_set():
                     seen = await reader_view.get_items()

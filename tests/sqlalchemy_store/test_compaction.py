@@ -12,6 +12,7 @@ the session row (metadata, ``created_at``) survives, which clear-then-add loses.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -124,11 +125,11 @@ async def test_reader_never_sees_an_empty_or_partial_history(
         old = await timed.get_items()
         stop = asyncio.Event()
 
-        async def reader() -> None:
+        async def reader(stop: asyncio.Event = stop) -> None:
             while not stop.is_set():
                 started = time.perf_counter()
                 seen = await reader_view.get_items()
-                reads.append((started, time.perf_counter(), seen))  # noqa: B023
+                reads.append((started, time.perf_counter(), seen))
                 await asyncio.sleep(0)
 
         task = asyncio.create_task(reader())
@@ -159,10 +160,8 @@ async def test_compaction_cancelled_leaves_old_or_new(
         task = asyncio.ensure_future(wrapper.run_compaction({"force": True}))
         await asyncio.sleep(0.002 * trial)
         task.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await task
-        except asyncio.CancelledError:
-            pass
         now = await inner.get_items()
         if now == old:
             outcomes["old"] += 1

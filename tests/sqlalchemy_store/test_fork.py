@@ -104,7 +104,7 @@ async def test_fork_at_turn_skips_corrupt_and_non_user_rows(
 
 
 async def test_fork_errors_write_nothing(rstore: SessionStore) -> None:
-    """Missing source, existing target, missing turn, bad arguments: typed errors, nothing written."""
+    """Missing source, existing target, missing turn, bad arguments: typed, nothing written."""
     source = rstore.session("a")
     await source.add_items(conversation(2))  # type: ignore[arg-type]
     taken = rstore.session("taken")
