@@ -36,7 +36,12 @@ from agents_memory._codec import decode_rows, encode_items
 from agents_memory._databases import sqlite as lite
 from agents_memory._errors import SessionClosedError
 from agents_memory._ids import validate_session_id
-from agents_memory._protocol import SessionBase, coerce_settings, resolve_limit
+from agents_memory._protocol import (
+    SessionBase,
+    coerce_settings,
+    resolve_limit,
+    writes_overridden,
+)
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 
 if TYPE_CHECKING:
@@ -312,6 +317,8 @@ class SQLiteSession(SessionBase):
 
     async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
         """The Agents SDK's compaction hook (see ``SQLAlchemySession._atomic_replace_items``)."""
+        if writes_overridden(type(self), SQLiteSession):
+            return False
         await self.replace_items(items)
         return True
 

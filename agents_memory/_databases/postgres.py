@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import weakref
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import asyncpg
@@ -141,10 +141,19 @@ class _EngineFacts:
 _cache_off_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
+class _PoolerRestart(Exception):  # noqa: N818 - a signal, not an error anyone sees
+    """A pooler's prepared-statement clash inside a transaction: it is aborted, run it again.
+
+    Outside a transaction the failed statement is simply run again unnamed; inside
+    one, Postgres has aborted the transaction (nothing of it was applied), so the
+    whole body runs again, on unnamed statements from the start.
+    """
+
+
 class DriverExecutor:
     """:class:`Executor` on one asyncpg connection, running the compiled statements."""
 
-    __slots__ = ("_facts", "_lease", "_sql", "last")
+    __slots__ = ("_facts", "_lease", "_sql", "in_transaction", "last")
 
     def __init__(
         self,
@@ -157,6 +166,7 @@ class DriverExecutor:
         self._facts = facts
         self.last = ""
         """The text of the statement running now (for error messages)."""
+        self.in_transaction = False
 
     async def _fetch(self, c: CompiledSQL, args: tuple[Any, ...]) -> Sequence[Row]:
         conn = self._lease.driver
@@ -184,6 +194,8 @@ class DriverExecutor:
             # Nothing ran (the statement was never bound): a pooler shares this connection.
             self._facts.pooled = True
             self._lease.extra.clear()
+            if self.in_transaction:
+                raise _PoolerRestart from exc
             return await self._fetch(c, args)
 
     async def run(self, key: str, params: Mapping[str, Any]) -> int:
@@ -193,9 +205,15 @@ class DriverExecutor:
         for p in params:  # (not used: Postgres appends in one statement)
             await self.rows(key, p)
 
-    def transaction(self) -> contextlib.AbstractAsyncContextManager[Any]:
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
         """A transaction on this connection, for the one body of several statements."""
-        return self._lease.driver.transaction()  # type: ignore[no-any-return]
+        async with self._lease.driver.transaction():
+            self.in_transaction = True
+            try:
+                yield
+            finally:
+                self.in_transaction = False
 
 
 def _is_gone(exc: BaseException, conn: Any) -> bool:  # noqa: ANN401
@@ -238,7 +256,7 @@ class DriverRunner:
         ex = DriverExecutor(lease, self._sql, self._facts)
         try:
             result = await body(ex)
-        except AgentsMemoryError:  # ours (strict pop, fork): the transaction rolled back
+        except (AgentsMemoryError, _PoolerRestart):  # ours: the transaction rolled back
             pool.release(lease)
             raise
         except Exception as exc:
@@ -266,7 +284,10 @@ class DriverRunner:
             async with ex.transaction():  # type: ignore[attr-defined]
                 return await body(ex)
 
-        return await self._op(in_transaction)
+        try:
+            return await self._op(in_transaction)
+        except _PoolerRestart:  # rolled back whole; unnamed statements from now on
+            return await self._op(in_transaction)
 
 
 _facts: weakref.WeakKeyDictionary[Engine, _EngineFacts] = weakref.WeakKeyDictionary()

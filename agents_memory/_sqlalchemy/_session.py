@@ -12,7 +12,12 @@ from agents_memory._closing import AsyncClosing
 from agents_memory._codec import OnCorrupt, encode_items
 from agents_memory._errors import SessionClosedError
 from agents_memory._ids import validate_session_id
-from agents_memory._protocol import SessionBase, coerce_settings, resolve_limit
+from agents_memory._protocol import (
+    SessionBase,
+    coerce_settings,
+    resolve_limit,
+    writes_overridden,
+)
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._metadata import get_metadata_statement, validate_metadata
@@ -177,7 +182,13 @@ class SQLAlchemySession(AsyncClosing, SessionBase):
         The SDK's wrapper looks this method up on the wrapped session's type and,
         when present, swaps the history through it instead of ``clear_session`` then
         ``add_items`` (two transactions, with a window in which the history is empty).
+        ``False`` (the SDK then falls back to clear-then-add) for a subclass that
+        overrides how items are written but not ``replace_items``, as the SDK's own
+        sessions do: an inherited swap must not bypass the subclass's transformation
+        or the structures it keeps beside the items.
         """
+        if writes_overridden(type(self), SQLAlchemySession):
+            return False
         await self.replace_items(items)
         return True
 

@@ -169,3 +169,40 @@ async def test_compaction_cancelled_leaves_old_or_new(
             assert [i["type"] for i in now] == ["message", "compaction"], len(now)
             outcomes["new"] += 1
     assert sum(outcomes.values()) == 12
+
+
+class CountingSession(SQLAlchemySession):
+    """A subclass that changes how items are written (here: counts them), not replace_items."""
+
+    added: int
+
+    async def add_items(self, items: list[Any]) -> None:
+        """Count, then append as usual."""
+        self.added += len(items)
+        await super().add_items(items)
+
+
+async def test_a_subclass_that_writes_its_own_way_is_not_bypassed(
+    store: SessionStore, client: AsyncOpenAI
+) -> None:
+    """Overriding ``add_items`` (not ``replace_items``): the hook declines, the SDK adds through it.
+
+    As the SDK's own sessions do: an inherited atomic swap must not skip what a
+    subclass does to items (encrypt, index turns); it then gets clear-then-add.
+    """
+    names = store.table_names
+    inner = CountingSession(
+        "sub",
+        engine=store.engine,
+        sessions_table=names.sessions,
+        messages_table=names.messages,
+        create_tables=True,
+    )
+    inner.added = 0
+    await inner.add_items(history(0, 12))
+    assert await inner._atomic_replace_items([]) is False
+    assert len(await inner.get_items()) == 12  # declined: nothing was replaced
+    wrapper = OpenAIResponsesCompactionSession("sub", inner, client=client, model="gpt-4.1")
+    await wrapper.run_compaction({"force": True})
+    assert inner.added == 12 + 2  # the compacted items went through the override
+    assert [i["type"] for i in await inner.get_items()] == ["message", "compaction"]
