@@ -31,7 +31,7 @@ from sqlalchemy.schema import DropTable
 
 from agents_memory import SessionStore, create_engine
 from benchmarks.items import ItemSource
-from benchmarks.run import DEFAULT_MYSQL, DEFAULT_PG, pin_cpus
+from benchmarks.run import DEFAULT_MYSQL, DEFAULT_PG, DEFAULT_PGBOUNCER, pin_cpus
 
 
 async def _timed(step: Callable[[], Awaitable[Any]]) -> float:
@@ -118,6 +118,7 @@ async def main_async(args: argparse.Namespace) -> None:
     urls = {
         "sqlite": "sqlite+aiosqlite:///" + args.sqlite_path,
         "postgres": args.postgres_url,
+        "pgbouncer": args.pgbouncer_url,
         "mysql": args.mysql_url,
     }
     for key in args.targets.split(","):
@@ -128,11 +129,12 @@ async def main_async(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Parse the flags, pin the CPU as the main harness does, run."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.history_ops", description=__doc__)
-    p.add_argument("--targets", default="sqlite,postgres,mysql")
+    p.add_argument("--targets", default="sqlite,postgres,pgbouncer,mysql")
     p.add_argument("--items", type=int, default=10_000, help="items in the session (10,000)")
     p.add_argument("--repeats", type=int, default=5, help="repeats, the median reported (5)")
     p.add_argument("--sqlite-path", default="/tmp/agents_memory_history_ops.db")  # noqa: S108
     p.add_argument("--postgres-url", default=DEFAULT_PG)
+    p.add_argument("--pgbouncer-url", default=DEFAULT_PGBOUNCER)
     p.add_argument("--mysql-url", default=DEFAULT_MYSQL)
     p.add_argument("--cpu", type=int, default=1, help="pin to that many CPUs (1; -1: not)")
     args = p.parse_args(argv)

@@ -17,8 +17,10 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import agents
 import pytest
 from agents.memory import OpenAIResponsesCompactionSession
+from agents.testing import ScriptedModel, assistant_message
 from fake_compact_server import FakeCompactServer
 from openai import AsyncOpenAI
 
@@ -205,4 +207,28 @@ async def test_a_subclass_that_writes_its_own_way_is_not_bypassed(
     wrapper = OpenAIResponsesCompactionSession("sub", inner, client=client, model="gpt-4.1")
     await wrapper.run_compaction({"force": True})
     assert inner.added == 12 + 2  # the compacted items went through the override
+    assert [i["type"] for i in await inner.get_items()] == ["message", "compaction"]
+
+
+async def test_runner_compacts_automatically_through_the_hook(
+    store: SessionStore, client: AsyncOpenAI, server: FakeCompactServer
+) -> None:
+    """The ``Runner``'s automatic compaction after a turn goes through our atomic replacement."""
+    inner = _timed(store, "auto")
+    session = OpenAIResponsesCompactionSession(
+        "auto",
+        inner,
+        client=client,
+        model="gpt-4.1",
+        should_trigger_compaction=lambda context: len(context["session_items"]) >= 4,
+    )
+    model = ScriptedModel([[assistant_message(f"answer {i}")] for i in range(3)])
+    agent = agents.Agent(name="a", model=model)
+    config = agents.RunConfig(tracing_disabled=True)
+    for i in range(3):
+        result = await agents.Runner.run(agent, f"question {i}", session=session, run_config=config)
+        assert result.final_output == f"answer {i}"
+    # turn 1 leaves 2 items (no compaction); turns 2 and 3 compact 4 items each
+    assert len(server.requests) == 2
+    assert len(inner.windows) == 2  # each through _atomic_replace_items, not clear + add
     assert [i["type"] for i in await inner.get_items()] == ["message", "compaction"]
