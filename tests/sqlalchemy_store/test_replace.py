@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import random
 import signal
+import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -24,6 +25,7 @@ import pytest
 from sqlalchemy import event, select, text
 
 from agents_memory import SessionStore, TableNames
+from agents_memory._databases import sqlite as lite
 from agents_memory._databases.base import observed
 
 OLD = [{"role": "user", "content": f"old {i}", "pad": "o" * 60} for i in range(300)]
@@ -228,7 +230,8 @@ async def test_cancel_while_waiting_on_the_session_lock(backend: Any, rstore: Se
     it back (old history); the SQLAlchemy runner on MySQL finishes it first (new).
     """
     if backend.kind == "sqlite":
-        pytest.skip("SQLite has no row locks (its file lock is covered by the withdraw tests)")
+        await _cancel_while_waiting_on_the_file_lock(backend, rstore)
+        return
     s = rstore.session("locked")
     await s.add_items(OLD)  # type: ignore[arg-type]
     async with _session_row_locked(rstore, "locked"):
@@ -248,6 +251,42 @@ async def test_cancel_while_waiting_on_the_session_lock(backend: Any, rstore: Se
     assert now in (OLD, NEW)
     if not observed(rstore.engine):
         assert now == OLD  # cancelled on the server, rolled back
+    await s.replace_items(NEW[:3])  # type: ignore[arg-type]
+    assert await s.get_items() == NEW[:3]
+
+
+async def _cancel_while_waiting_on_the_file_lock(backend: Any, store: SessionStore) -> None:
+    """SQLite: another connection holds the file's write lock; the replace waits for it.
+
+    On the driver runner the writer thread has taken the replace (nothing queued)
+    and sits in ``BEGIN IMMEDIATE``: a cancel then withdraws it before it joins the
+    transaction, so it never runs (old history). The SQLAlchemy runner finishes
+    what it started (new history).
+    """
+    if backend.id == "sqlite-memory":
+        pytest.skip("an in-memory database has one connection: nobody else can hold its lock")
+    s = store.session("locked")
+    await s.add_items(OLD)  # type: ignore[arg-type]
+    path = str(store.engine.url.database)
+    blocker = sqlite3.connect(path, isolation_level=None, timeout=30)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        task = asyncio.ensure_future(s.replace_items(NEW))  # type: ignore[arg-type]
+        await asyncio.sleep(0.3)
+        assert not task.done()  # it cannot finish while the lock is held
+        if not observed(store.engine):
+            assert lite._threads_for(store.engine).writer.pending() == 0  # taken: in BEGIN
+        task.cancel()
+        await asyncio.sleep(0.05)
+    finally:
+        blocker.rollback()
+        blocker.close()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    now = await s.get_items()
+    assert now in (OLD, NEW)
+    if not observed(store.engine):
+        assert now == OLD  # withdrawn before it joined the transaction
     await s.replace_items(NEW[:3])  # type: ignore[arg-type]
     assert await s.get_items() == NEW[:3]
 
