@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event
+from sqlalchemy.exc import DBAPIError
 
 from agents_memory import (
     SessionExistsError,
@@ -181,3 +182,32 @@ async def test_fork_while_appending_copies_whole_batches(rstore: SessionStore) -
             chunk = items[start : start + 3]
             assert [i["k"] for i in chunk] == [0, 1, 2]
             assert len({(i["w"], i["b"]) for i in chunk}) == 1
+
+
+async def test_fork_with_a_corrupt_row(backend: Any, rstore: SessionStore) -> None:
+    """A row that is not JSON (written behind the library's back) is copied as it is.
+
+    Counting turns skips it on SQLite and MySQL; Postgres 15 cannot test JSON
+    validity, so there ``at_turn`` fails on it (a database error, nothing written).
+    """
+    source = rstore.session("dirty")
+    await source.add_items([{"role": "user", "content": "one"}])
+    async with rstore.engine.begin() as conn:
+        messages = rstore._backend.st.messages
+        await conn.execute(messages.insert().values(session_id="dirty", message_data="{not json"))
+    await source.add_items([{"role": "user", "content": "two"}])
+    whole = await rstore.fork("dirty", "dirty-all")
+    assert await whole.get_items() == [
+        {"role": "user", "content": "one"},
+        {"role": "user", "content": "two"},
+    ]
+    info = await rstore.get_session("dirty-all")
+    assert info is not None
+    assert info.item_count == 3  # the corrupt row too, skipped on read as in the source
+    if backend.kind == "postgres":
+        with pytest.raises(DBAPIError):
+            await rstore.fork("dirty", "dirty-2", at_turn=2)
+        assert await rstore.get_session("dirty-2") is None
+    else:
+        fork = await rstore.fork("dirty", "dirty-2", at_turn=2)
+        assert await fork.get_items() == [{"role": "user", "content": "one"}]
