@@ -107,6 +107,14 @@ class Statements:
     """The id of the ``skip``-th (0-based) user item of ``sid``: where turn ``skip + 1`` starts."""
     fork_items: Executable | None = None
     """Copy ``sid``'s items below id ``cut`` to ``new``, in order, on the database."""
+    share_source: Executable | None = None
+    """Postgres: ``SELECT … FOR SHARE`` of the source's session row, a fork's first statement.
+
+    Appends and replaces lock that row first, so they wait for the fork, whose
+    statements each see their own snapshot (READ COMMITTED): the turn's cut and
+    the copy then see one history. (MySQL's ``INSERT … SELECT`` share-locks what
+    it reads already; SQLite has one writer.)
+    """
 
 
 def sid_param(sessions: Table) -> Any:  # noqa: ANN401 - a BindParameter
@@ -142,11 +150,11 @@ def portable_statements(
     mine = messages.c.session_id == sid
     newest = select(*cols).where(mine).order_by(messages.c.id.desc())
     new = bindparam("new", type_=sessions.c.session_id.type)
+    source_row = select(new, sessions.c["metadata"], now.label("c"), now.label("u")).where(
+        sessions.c.session_id == sid
+    )
     fork_session: Any = insert(sessions).from_select(
-        ["session_id", "metadata", "created_at", "updated_at"],
-        select(new, sessions.c["metadata"], now.label("c"), now.label("u")).where(
-            sessions.c.session_id == sid
-        ),
+        ["session_id", "metadata", "created_at", "updated_at"], source_row
     )
     if returning:
         fork_session = fork_session.returning(sessions.c.session_id)
@@ -466,7 +474,13 @@ def _no_turn(session_id: str, skip: int) -> TurnNotFoundError:
 
 
 async def fork_body(
-    ex: Executor, session_id: str, new_session_id: str, skip: int | None, *, returning: bool
+    ex: Executor,
+    session_id: str,
+    new_session_id: str,
+    skip: int | None,
+    *,
+    returning: bool,
+    share_source: bool = False,
 ) -> None:
     """A fork on a server, one transaction (the caller's): the session row, the cut, the items.
 
@@ -475,6 +489,8 @@ async def fork_body(
     to one target is the key's to settle: the second waits for the first, then fails).
     """
     params = {"sid": session_id, "new": new_session_id}
+    if share_source:
+        await ex.rows("share_source", {"sid": session_id})
     if returning:
         created = len(await ex.rows("fork_session", params))
     else:

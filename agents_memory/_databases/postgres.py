@@ -361,7 +361,9 @@ class Operations(RowReads):
 
     async def fork(self, session_id: str, new_session_id: str, skip: int | None) -> None:
         await self._runner.write(
-            lambda ex: fork_body(ex, session_id, new_session_id, skip, returning=True),
+            lambda ex: fork_body(
+                ex, session_id, new_session_id, skip, returning=True, share_source=True
+            ),
             single=False,
         )
 
@@ -449,6 +451,9 @@ class Postgres(Database):
                 "append": append,
                 "clear": clear,
                 "replace_rows": replace_rows,
+                "share_source": select(sessions.c.session_id)
+                .where(sessions.c.session_id == sid)
+                .with_for_update(read=True),
             }
         )
 

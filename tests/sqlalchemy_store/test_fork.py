@@ -211,3 +211,36 @@ async def test_fork_with_a_corrupt_row(backend: Any, rstore: SessionStore) -> No
     else:
         fork = await rstore.fork("dirty", "dirty-2", at_turn=2)
         assert await fork.get_items() == [{"role": "user", "content": "one"}]
+
+
+async def test_fork_at_turn_racing_replaces_sees_one_history(rstore: SessionStore) -> None:
+    """Forks at a turn while the source's history is replaced: each is one history's prefix.
+
+    The cut (where turn N starts) and the copy are two statements; the fork
+    keeps the history from changing between them (on Postgres by share-locking
+    the source's row), so a fork never comes out empty or mixed.
+    """
+
+    def generation(r: int) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        for t in range(3):
+            items.append({"role": "user", "content": f"{r}.{t}"})
+            items += [{"role": "assistant", "content": f"{r}.{t}.{k}"} for k in range(20)]
+        return items
+
+    source = rstore.session("moving")
+    await source.replace_items(generation(0))  # type: ignore[arg-type]
+
+    async def replacer() -> None:
+        for r in range(1, 12):
+            await source.replace_items(generation(r))  # type: ignore[arg-type]
+
+    async def forker() -> list[str]:
+        return [(await rstore.fork("moving", f"m{f}", at_turn=2)).session_id for f in range(12)]
+
+    _, made = await asyncio.gather(replacer(), forker())
+    for name in made:
+        items = await rstore.session(name).get_items()
+        assert len(items) == 21, (name, len(items))
+        r = items[0]["content"].split(".")[0]
+        assert items == generation(int(r))[:21]
