@@ -350,3 +350,69 @@ async def test_sigkill_while_replacing_leaves_one_whole_generation(
         in_flight += g == last + 1
         start = max(g, last) + 1
     assert start > 8, "the children never got a replace through"
+
+
+# -- lost connection ----------------------------------------------------------------------------
+
+
+@pytest.mark.direct_postgres("application_name identifies a client's backends only directly")
+async def test_lost_connection_mid_replace_leaves_one_whole_history(
+    backend: Any, names: TableNames
+) -> None:
+    """Postgres backends terminated in the middle of replaces: old or new history, whole.
+
+    Each replace's backend is terminated as soon as it is seen working (in a
+    statement, or in its transaction between statements). The replace then
+    either raises ``DatabaseConnectionError`` or is run again on a fresh
+    connection (what was cut off was rolled back); the history is always one
+    whole generation.
+    """
+    if backend.kind != "postgres":
+        pytest.skip("terminating backends needs a Postgres server")
+    from agents_memory import DatabaseConnectionError, create_engine  # noqa: PLC0415
+
+    app = f"am_rep_{uuid.uuid4().hex[:8]}"
+    store = SessionStore.from_url(
+        backend.url,
+        sessions_table=names.sessions,
+        messages_table=names.messages,
+        create_tables=True,
+        engine_kwargs={"connect_args": {"server_settings": {"application_name": app}}},
+    )
+    admin = create_engine(backend.url)
+    # the backend of ours that is inside a statement or a transaction right now
+    busy = text(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE application_name = :a AND state <> 'idle'"
+    )
+    try:
+        s = store.session("lost")
+        await s.replace_items(_replace_child.generation(0) * 20)  # type: ignore[arg-type]
+        errors = kills = 0
+        # autocommit: pg_stat_activity is a snapshot per transaction
+        watcher = admin.execution_options(isolation_level="AUTOCOMMIT")
+        admin_conn = await watcher.connect()  # open already: the kill lands at once
+        for g in range(1, 16):
+            task = asyncio.ensure_future(
+                s.replace_items(_replace_child.generation(g) * 20)  # type: ignore[arg-type]
+            )
+            killed = False
+            while not task.done() and not killed:  # kill it once seen working on the server
+                killed = any(row[0] for row in (await admin_conn.execute(busy, {"a": app})).all())
+            kills += killed
+            try:
+                await task
+            except DatabaseConnectionError:
+                errors += 1
+            items = await s.get_items()
+            got = items[0]["g"]
+            assert got in (g - 1, g)
+            assert items == _replace_child.generation(got) * 20, f"generation {got} torn"
+            if got != g:  # not applied: the next round expects this one as the old history
+                await s.replace_items(_replace_child.generation(g) * 20)  # type: ignore[arg-type]
+        # a raised error or a transparent re-run are both fine: wholeness is what is checked
+        assert kills > 0, f"no termination landed during a replace ({errors} errors)"
+        await admin_conn.close()
+    finally:
+        await store.close()
+        await admin.dispose()
