@@ -25,7 +25,10 @@ if TYPE_CHECKING:
         DatabaseConnectionError,
         SchemaNotReadyError,
         SessionClosedError,
+        SessionExistsError,
+        SessionNotFoundError,
         SessionNotStartedError,
+        TurnNotFoundError,
         UnsupportedDatabaseError,
     )
     from agents_memory._openai_conversations import OpenAIConversationsSession
@@ -40,6 +43,9 @@ if TYPE_CHECKING:
     from agents_memory.models import get_models
 
 _HOMES: dict[str, str] = {
+    "TurnNotFoundError": "_errors",
+    "SessionNotFoundError": "_errors",
+    "SessionExistsError": "_errors",
     "AgentsMemoryError": "_errors",
     "CorruptItemError": "_errors",
     "DatabaseBusyError": "_errors",
@@ -117,7 +123,9 @@ __all__ = [
     "Session",
     "SessionABC",
     "SessionClosedError",
+    "SessionExistsError",
     "SessionInfo",
+    "SessionNotFoundError",
     "SessionNotStartedError",
     "SessionPage",
     "SessionSettings",
@@ -125,6 +133,7 @@ __all__ = [
     "StoreStats",
     "TResponseInputItem",
     "TableNames",
+    "TurnNotFoundError",
     "UnsupportedDatabaseError",
     "__version__",
     "create_engine",

@@ -48,3 +48,22 @@ class DatabaseBusyError(AgentsMemoryError, TimeoutError):
     timeout (seen when several processes write one file flat out). Postgres and
     MySQL/MariaDB: chosen as a deadlock victim on every automatic retry.
     """
+
+
+class SessionNotFoundError(AgentsMemoryError, LookupError):
+    """The session an operation copies from does not exist (``SessionStore.fork``)."""
+
+
+class SessionExistsError(AgentsMemoryError, ValueError):
+    """The session an operation would create already exists; nothing was written.
+
+    ``SessionStore.fork`` never writes into an existing session: pick another id,
+    or delete that session first.
+    """
+
+
+class TurnNotFoundError(AgentsMemoryError, ValueError):
+    """The session has no such user turn (``fork(..., at_turn=N)``); nothing was written.
+
+    A ``ValueError``, as the Agents SDK's ``create_branch_from_turn`` raises.
+    """

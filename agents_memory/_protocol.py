@@ -159,3 +159,17 @@ __all__ = [
     "resolve_limit",
     "sdk_object",
 ]
+
+
+_WRITES = ("add_items", "clear_session", "pop_item", "get_items")
+
+
+def writes_overridden(cls: type, base: type) -> bool:
+    """Whether ``cls`` changes how ``base`` reads or writes items but keeps its ``replace_items``.
+
+    Then an inherited atomic replacement would bypass what the subclass does to
+    items (encrypt, index, count turns), so the SDK's compaction hook declines.
+    """
+    if getattr(cls, "replace_items", None) is not getattr(base, "replace_items", None):
+        return False
+    return any(getattr(cls, name, None) is not getattr(base, name, None) for name in _WRITES)

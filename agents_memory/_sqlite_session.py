@@ -35,7 +35,12 @@ from agents_memory._codec import decode_rows, encode_items
 from agents_memory._databases import sqlite as lite
 from agents_memory._errors import DatabaseConnectionError, SessionClosedError
 from agents_memory._ids import validate_session_id
-from agents_memory._protocol import SessionBase, coerce_settings, resolve_limit
+from agents_memory._protocol import (
+    SessionBase,
+    coerce_settings,
+    resolve_limit,
+    writes_overridden,
+)
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 from agents_memory.models import REVISION
 
@@ -297,6 +302,33 @@ class SQLiteSession(SessionBase):
     def _clear(self, conn: sqlite3.Connection) -> None:
         sql, sid = self._sql, self.session_id
         self._write(conn, lambda c: lite.clear_body(lite.LiteExecutor(c, sql), sid))
+
+    async def replace_items(self, items: list[TResponseInputItem]) -> None:
+        """Replace the whole history with ``items``, atomically: the old history or the new.
+
+        Validated and encoded first (a bad item raises and nothing changes), then
+        one transaction (grouped with other writes on the file, in its own
+        savepoint) deletes the items and inserts the new ones. The session row
+        stays, ``updated_at`` bumped; ``replace_items([])`` empties the history.
+        """
+        data = encode_items(items)
+        self._check_open()
+        await self._call(functools.partial(self._replace, data))
+
+    def _replace(self, data: list[str], conn: sqlite3.Connection) -> None:
+        sql, sid = self._sql, self.session_id
+        self._write(
+            conn,
+            lambda c: lite.replace_body(lite.LiteExecutor(c, sql), sid, data),
+            sum(map(len, data)),
+        )
+
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """The Agents SDK's compaction hook (see ``SQLAlchemySession._atomic_replace_items``)."""
+        if writes_overridden(type(self), SQLiteSession):
+            return False
+        await self.replace_items(items)
+        return True
 
     # -- lifetime -----------------------------------------------------------------------------
 

@@ -46,6 +46,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agents_memory._codec import OnCorrupt
+from agents_memory._errors import SessionNotFoundError, TurnNotFoundError
 from agents_memory._tables import TableNames
 from agents_memory.models import get_models
 
@@ -98,6 +99,22 @@ class Statements:
     """Postgres: both deletes as one statement, returning the session id (``sid``)."""
     limits: Executable | None = None
     """MySQL: the server's statement size limit (``max_allowed_packet``)."""
+    replace_rows: Executable | None = None
+    """Postgres: delete a session's items, insert new ones, one statement (``sid``, ``data``)."""
+    fork_session: Executable | None = None
+    """A new session row (``new``) copying the metadata of ``sid``; returns its id where it can."""
+    fork_cut: Executable | None = None
+    """The id of the ``skip``-th (0-based) user item of ``sid``: where turn ``skip + 1`` starts."""
+    fork_items: Executable | None = None
+    """Copy ``sid``'s items below id ``cut`` to ``new``, in order, on the database."""
+    share_source: Executable | None = None
+    """Postgres: ``SELECT … FOR SHARE`` of the source's session row, a fork's first statement.
+
+    Appends and replaces lock that row first, so they wait for the fork, whose
+    statements each see their own snapshot (READ COMMITTED): the turn's cut and
+    the copy then see one history. (MySQL's ``INSERT … SELECT`` share-locks what
+    it reads already; SQLite has one writer.)
+    """
 
 
 def sid_param(sessions: Table) -> Any:  # noqa: ANN401 - a BindParameter
@@ -110,15 +127,20 @@ def portable_statements(
     *,
     now: ColumnElement[Any],
     upsert_session: Callable[[Table, Any, ColumnElement[Any]], Executable],
+    role_of: Callable[[ColumnElement[Any]], ColumnElement[Any]],
     item_time: ColumnElement[Any] | None = None,
+    returning: bool = True,
 ) -> Statements:
     """The statements every database shares; a module replaces the few it writes its own way.
 
     ``now`` is the database's clock expression (or a client-side parameter) and
     ``upsert_session`` builds its create-or-touch statement for the sessions row.
-    ``item_time`` stamps each item where the column default will not do (SQLite's
-    keeps whole seconds); left out, the insert is plain ``VALUES (?, ?)``, which
-    drivers turn into one multi-row statement (asyncmy's ``executemany``).
+    ``role_of`` reads an item's top-level ``"role"`` in SQL (``NULL`` for a row that
+    is not a JSON object), so a fork finds where a turn starts without reading the
+    items into Python. ``item_time`` stamps each item where the column default will
+    not do (SQLite's keeps whole seconds); left out, the insert is plain
+    ``VALUES (?, ?)``, which drivers turn into one multi-row statement (asyncmy's
+    ``executemany``). ``returning``: whether the database has ``INSERT … RETURNING``.
     """
     models = get_models(names)
     sessions: Table = models.Session.__table__
@@ -127,6 +149,15 @@ def portable_statements(
     cols = (messages.c.id, messages.c.message_data)
     mine = messages.c.session_id == sid
     newest = select(*cols).where(mine).order_by(messages.c.id.desc())
+    new = bindparam("new", type_=sessions.c.session_id.type)
+    source_row = select(new, sessions.c["metadata"], now.label("c"), now.label("u")).where(
+        sessions.c.session_id == sid
+    )
+    fork_session: Any = insert(sessions).from_select(
+        ["session_id", "metadata", "created_at", "updated_at"], source_row
+    )
+    if returning:
+        fork_session = fork_session.returning(sessions.c.session_id)
     return Statements(
         sessions=sessions,
         messages=messages,
@@ -151,6 +182,18 @@ def portable_statements(
         delete_session=delete(sessions)
         .where(sessions.c.session_id == sid)
         .returning(sessions.c.session_id),
+        fork_session=fork_session,
+        fork_cut=select(messages.c.id)
+        .where(mine, role_of(messages.c.message_data) == "user")
+        .order_by(messages.c.id)
+        .limit(1)
+        .offset(bindparam("skip")),
+        fork_items=insert(messages).from_select(
+            ["session_id", "message_data", "created_at"],
+            select(new, messages.c.message_data, messages.c.created_at)
+            .where(mine, messages.c.id < bindparam("cut", type_=messages.c.id.type))
+            .order_by(messages.c.id),
+        ),
     )
 
 
@@ -397,6 +440,87 @@ class Operations(Protocol):
         """Delete the session row and its items; whether the session existed."""
         ...
 
+    async def replace(self, session_id: str, data: Sequence[str]) -> None:
+        """Swap the session's items for ``data`` in one transaction (the row upserted first)."""
+        ...
+
+    async def fork(self, session_id: str, new_session_id: str, skip: int | None) -> None:
+        """Copy the session (row and items, or the items before user turn ``skip + 1``).
+
+        One transaction. Raises
+        :class:`~agents_memory.SessionNotFoundError` when the source does not exist,
+        :class:`~agents_memory.TurnNotFoundError` when it has no such turn, and the
+        driver's unique-key error when the target exists (:meth:`Database.duplicate_key`).
+        """
+        ...
+
+
+NO_CUT = 2**63 - 1
+"""The ``cut`` of a fork that copies every item (no id reaches it)."""
+
+
+def _no_source(session_id: str) -> SessionNotFoundError:
+    return SessionNotFoundError(
+        f"session {session_id!r} does not exist, so there is nothing to fork; "
+        "check the id (SessionStore.get_session or list_sessions)"
+    )
+
+
+def _no_turn(session_id: str, skip: int) -> TurnNotFoundError:
+    return TurnNotFoundError(
+        f"session {session_id!r} has fewer than {skip + 1} user turns; at_turn counts the "
+        "items whose role is 'user' from 1 (SessionStore.get_session shows its item count)"
+    )
+
+
+async def fork_body(
+    ex: Executor,
+    session_id: str,
+    new_session_id: str,
+    skip: int | None,
+    *,
+    returning: bool,
+    share_source: bool = False,
+) -> None:
+    """A fork on a server, one transaction (the caller's): the session row, the cut, the items.
+
+    The new row is an ``INSERT … SELECT`` of the source's: none inserted means no
+    source; a target that exists fails on the primary key (the race of two forks
+    to one target is the key's to settle: the second waits for the first, then fails).
+    """
+    params = {"sid": session_id, "new": new_session_id}
+    if share_source:
+        await ex.rows("share_source", {"sid": session_id})
+    if returning:
+        created = len(await ex.rows("fork_session", params))
+    else:
+        created = await ex.run("fork_session", params)
+    if not created:
+        raise _no_source(session_id)
+    cut = NO_CUT
+    if skip is not None:
+        rows = await ex.rows("fork_cut", {"sid": session_id, "skip": skip})
+        if not rows:
+            raise _no_turn(session_id, skip)
+        cut = int(rows[0][0])
+    await ex.run("fork_items", {**params, "cut": cut})
+
+
+def fork_body_sync(
+    ex: SyncExecutor, session_id: str, new_session_id: str, skip: int | None, now: str
+) -> None:
+    """:func:`fork_body` on a thread (SQLite: ``RETURNING``, and the client clock ``now``)."""
+    params = {"sid": session_id, "new": new_session_id, "now": now}
+    if not ex.rows("fork_session", params):
+        raise _no_source(session_id)
+    cut = NO_CUT
+    if skip is not None:
+        rows = ex.rows("fork_cut", {"sid": session_id, "skip": skip})
+        if not rows:
+            raise _no_turn(session_id, skip)
+        cut = int(rows[0][0])
+    ex.run("fork_items", {**params, "cut": cut})
+
 
 class RowReads:
     """The four reads of :class:`Operations`, written once over one method: ``_rows``."""
@@ -547,6 +671,11 @@ class Database:
         return None
 
     # -- errors ---------------------------------------------------------------------------------
+
+    @classmethod
+    def duplicate_key(cls, orig: BaseException) -> bool:  # noqa: ARG003
+        """Whether a driver error is a primary-key/unique violation (a fork's target exists)."""
+        return False
 
     @classmethod
     def classify(cls, orig: BaseException) -> str | None:  # noqa: ARG003

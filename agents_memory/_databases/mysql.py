@@ -39,9 +39,11 @@ from sqlalchemy import (
     Table,
     and_,
     bindparam,
+    case,
     delete,
     func,
     literal_column,
+    null,
     select,
 )
 from sqlalchemy.dialects import mysql
@@ -60,12 +62,13 @@ from agents_memory._databases.base import (
     RowReads,
     Statements,
     compile_all,
+    fork_body,
     observed,
     portable_statements,
     sid_param,
     wrap_driver_error,
 )
-from agents_memory._errors import CorruptItemError
+from agents_memory._errors import AgentsMemoryError
 from agents_memory._tables import TableNames
 from agents_memory.models import current_timestamp
 
@@ -74,6 +77,7 @@ T = TypeVar("T")
 STATEMENT_OVERHEAD = 4096
 """Room for the SQL around one row (statement text, session id, protocol header)."""
 _DEADLOCK = 1213
+_DUPLICATE_KEY = 1062
 _MISSING_CODES = frozenset({1146, 1054})
 """No such table, unknown column: the schema is missing or out of date."""
 MIGRATION_LOCK_TIMEOUT_S = 600
@@ -86,6 +90,17 @@ _GONE_CODES = frozenset({2006, 2013, 2014, 2045, 2055})
 
 def _upsert_session(sessions: Table, sid: Any, now: ColumnElement[Any]) -> Executable:  # noqa: ANN401
     return mysql.insert(sessions).values(session_id=sid).on_duplicate_key_update(updated_at=now)
+
+
+def _role_of(data: ColumnElement[Any]) -> ColumnElement[Any]:
+    """An item's ``role``, or ``NULL`` for a row that is not valid JSON (``JSON_VALID`` first)."""
+    return case(
+        (
+            func.json_valid(data) == 1,
+            func.json_unquote(func.json_extract(data, literal_column("'$.role'"))),
+        ),
+        else_=null(),
+    )
 
 
 def check_packet_size(data: Sequence[str], limit: int) -> None:
@@ -236,7 +251,7 @@ class DriverRunner:
                     committing = True
                     ex.last = "COMMIT"
                     await conn.commit()
-            except CorruptItemError:  # ours (strict pop): rolled back above
+            except AgentsMemoryError:  # ours (strict pop, fork): rolled back above
                 pool.release(lease)
                 raise
             except Exception as exc:
@@ -315,6 +330,27 @@ class Operations(RowReads):
         count = await self._runner.write(lambda ex: ex.run("delete_session", {"sid": session_id}))
         return bool(count)
 
+    async def replace(self, session_id: str, data: Sequence[str]) -> None:
+        """Lock (upsert) the session row first, as appends do, then delete and insert.
+
+        The two never wait in a cycle, and an append queued behind the lock lands
+        after the new items.
+        """
+        check_packet_size(data, await self._max_packet())
+
+        async def body(ex: Executor) -> None:
+            await ex.run("upsert_session", {"sid": session_id})
+            await ex.run("delete_messages", {"sid": session_id})
+            if data:
+                await ex.runmany("insert_message", [{"sid": session_id, "data": d} for d in data])
+
+        await self._runner.write(body)
+
+    async def fork(self, session_id: str, new_session_id: str, skip: int | None) -> None:
+        await self._runner.write(
+            lambda ex: fork_body(ex, session_id, new_session_id, skip, returning=False)
+        )
+
 
 class MySQL(Database):
     """MySQL 8 and MariaDB through asyncmy."""
@@ -349,7 +385,9 @@ class MySQL(Database):
     @classmethod
     def _build_statements(cls, names: TableNames) -> Statements:
         now = current_timestamp()
-        base = portable_statements(names, now=now, upsert_session=_upsert_session)
+        base = portable_statements(
+            names, now=now, upsert_session=_upsert_session, role_of=_role_of, returning=False
+        )
         sessions, messages = base.sessions, base.messages
         sid = sid_param(sessions)
         newest = (
@@ -450,6 +488,10 @@ class MySQL(Database):
         if isinstance(wanted, mysql.DATETIME) and isinstance(inspected_type, mysql.DATETIME):
             return bool((inspected_type.fsp or 0) != (wanted.fsp or 0))
         return None
+
+    @classmethod
+    def duplicate_key(cls, orig: BaseException) -> bool:
+        return _code(orig) == _DUPLICATE_KEY
 
     @classmethod
     def classify(cls, orig: BaseException) -> str | None:

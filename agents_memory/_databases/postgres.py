@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import weakref
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import asyncpg
@@ -69,12 +69,13 @@ from agents_memory._databases.base import (
     RowReads,
     Statements,
     compile_all,
+    fork_body,
     observed,
     portable_statements,
     sid_param,
     wrap_driver_error,
 )
-from agents_memory._errors import CorruptItemError
+from agents_memory._errors import AgentsMemoryError
 from agents_memory._tables import TableNames
 
 T = TypeVar("T")
@@ -82,6 +83,7 @@ T = TypeVar("T")
 _POOLER_SQLSTATES = frozenset({"26000", "42P05"})
 """Prepared statement missing / already there: we are not alone on this server connection."""
 _DEADLOCK = "40P01"
+_UNIQUE_VIOLATION = "23505"
 _MISSING_SQLSTATES = frozenset({"42P01", "42703"})
 """Undefined table, undefined column: the schema is missing or out of date."""
 _ENDED_SQLSTATES = frozenset({"57P01", "57P02"})
@@ -96,6 +98,15 @@ def _upsert_session(sessions: Table, sid: Any, now: ColumnElement[Any]) -> Any: 
         .values(session_id=sid)
         .on_conflict_do_update(index_elements=[sessions.c.session_id], set_={"updated_at": now})
     )
+
+
+def _role_of(data: ColumnElement[Any]) -> ColumnElement[Any]:
+    """An item's ``role`` (``jsonb ->> 'role'``).
+
+    Postgres 15 has no "is this valid JSON" test, so a row that is not JSON (only
+    ever written behind the library's back) fails the statement that reads its role.
+    """
+    return cast(data, postgresql.JSONB()).op("->>")(literal_column("'role'"))
 
 
 def _drop_closed_connection(dbapi_connection: Any, _record: object, _proxy: object) -> None:  # noqa: ANN401
@@ -130,10 +141,19 @@ class _EngineFacts:
 _cache_off_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
+class _PoolerRestart(Exception):  # noqa: N818 - a signal, not an error anyone sees
+    """A pooler's prepared-statement clash inside a transaction: it is aborted, run it again.
+
+    Outside a transaction the failed statement is simply run again unnamed; inside
+    one, Postgres has aborted the transaction (nothing of it was applied), so the
+    whole body runs again, on unnamed statements from the start.
+    """
+
+
 class DriverExecutor:
     """:class:`Executor` on one asyncpg connection, running the compiled statements."""
 
-    __slots__ = ("_facts", "_lease", "_sql", "last")
+    __slots__ = ("_facts", "_lease", "_sql", "in_transaction", "last")
 
     def __init__(
         self,
@@ -146,6 +166,7 @@ class DriverExecutor:
         self._facts = facts
         self.last = ""
         """The text of the statement running now (for error messages)."""
+        self.in_transaction = False
 
     async def _fetch(self, c: CompiledSQL, args: tuple[Any, ...]) -> Sequence[Row]:
         conn = self._lease.driver
@@ -173,6 +194,8 @@ class DriverExecutor:
             # Nothing ran (the statement was never bound): a pooler shares this connection.
             self._facts.pooled = True
             self._lease.extra.clear()
+            if self.in_transaction:
+                raise _PoolerRestart from exc
             return await self._fetch(c, args)
 
     async def run(self, key: str, params: Mapping[str, Any]) -> int:
@@ -182,9 +205,15 @@ class DriverExecutor:
         for p in params:  # (not used: Postgres appends in one statement)
             await self.rows(key, p)
 
-    def transaction(self) -> contextlib.AbstractAsyncContextManager[Any]:
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
         """A transaction on this connection, for the one body of several statements."""
-        return self._lease.driver.transaction()  # type: ignore[no-any-return]
+        async with self._lease.driver.transaction():
+            self.in_transaction = True
+            try:
+                yield
+            finally:
+                self.in_transaction = False
 
 
 def _is_gone(exc: BaseException, conn: Any) -> bool:  # noqa: ANN401
@@ -227,7 +256,7 @@ class DriverRunner:
         ex = DriverExecutor(lease, self._sql, self._facts)
         try:
             result = await body(ex)
-        except CorruptItemError:  # ours (strict pop): the transaction rolled back
+        except (AgentsMemoryError, _PoolerRestart):  # ours: the transaction rolled back
             pool.release(lease)
             raise
         except Exception as exc:
@@ -255,7 +284,10 @@ class DriverRunner:
             async with ex.transaction():  # type: ignore[attr-defined]
                 return await body(ex)
 
-        return await self._op(in_transaction)
+        try:
+            return await self._op(in_transaction)
+        except _PoolerRestart:  # rolled back whole; unnamed statements from now on
+            return await self._op(in_transaction)
 
 
 _facts: weakref.WeakKeyDictionary[Engine, _EngineFacts] = weakref.WeakKeyDictionary()
@@ -313,6 +345,28 @@ class Operations(RowReads):
         )
         return bool(rows)
 
+    async def replace(self, session_id: str, data: Sequence[str]) -> None:
+        """Lock (upsert) the session row, then swap its items: two statements, one transaction.
+
+        Appends lock the same row first, so one that started before the replace
+        commits before the swap reads the rows (and is replaced); one that starts
+        after waits and lands after the new items.
+        """
+
+        async def body(ex: Executor) -> None:
+            await ex.run("upsert_session", {"sid": session_id})
+            await ex.run("replace_rows", {"sid": session_id, "data": list(data)})
+
+        await self._runner.write(body, single=False)
+
+    async def fork(self, session_id: str, new_session_id: str, skip: int | None) -> None:
+        await self._runner.write(
+            lambda ex: fork_body(
+                ex, session_id, new_session_id, skip, returning=True, share_source=True
+            ),
+            single=False,
+        )
+
 
 class Postgres(Database):
     """Postgres through asyncpg."""
@@ -339,7 +393,7 @@ class Postgres(Database):
     @classmethod
     def _build_statements(cls, names: TableNames) -> Statements:
         now = func.current_timestamp()
-        base = portable_statements(names, now=now, upsert_session=_upsert_session)
+        base = portable_statements(names, now=now, upsert_session=_upsert_session, role_of=_role_of)
         sessions, messages = base.sessions, base.messages
         sid = sid_param(sessions)
         # The uncorrelated sub-select is a one-time filter evaluated before the first row,
@@ -373,6 +427,16 @@ class Postgres(Database):
             .where(messages.c.id == newest)
             .returning(messages.c.id, messages.c.message_data)
         )
+        # A replace's second statement (the session row is already locked by the first, so
+        # its snapshot, taken after that lock, sees every append committed before it; one
+        # statement could not: its snapshot would predate the wait for the lock). The CTE's
+        # delete sees only the old rows, the insert adds the new: one atomic swap.
+        old = delete(messages).where(messages.c.session_id == sid).cte("old")
+        replace_rows = (
+            insert(messages)
+            .from_select(["session_id", "message_data"], select(sid, rows.c.d).order_by(rows.c.o))
+            .add_cte(old)
+        )
         gone = delete(messages).where(messages.c.session_id == sid).cte("m")
         clear = (
             delete(sessions)
@@ -386,6 +450,10 @@ class Postgres(Database):
                 "pop": pop,
                 "append": append,
                 "clear": clear,
+                "replace_rows": replace_rows,
+                "share_source": select(sessions.c.session_id)
+                .where(sessions.c.session_id == sid)
+                .with_for_update(read=True),
             }
         )
 
@@ -424,6 +492,10 @@ class Postgres(Database):
         """A transaction-scoped advisory lock (kept by transaction pooling too)."""
         connection.execute(select(func.pg_advisory_xact_lock(key)))
         yield
+
+    @classmethod
+    def duplicate_key(cls, orig: BaseException) -> bool:
+        return str(getattr(orig, "sqlstate", None) or "") == _UNIQUE_VIOLATION
 
     @classmethod
     def classify(cls, orig: BaseException) -> str | None:

@@ -48,12 +48,15 @@ from sqlalchemy import (
     Table,
     and_,
     bindparam,
+    case,
     cast,
     event,
     exists,
     func,
     insert,
     literal,
+    literal_column,
+    null,
     select,
 )
 from sqlalchemy.dialects import sqlite as sqlite_dialect
@@ -74,6 +77,7 @@ from agents_memory._databases.base import (
     SyncExecutor,
     compile_all,
     foreign_listeners,
+    fork_body_sync,
     observed,
     portable_statements,
     wrap_driver_error,
@@ -86,6 +90,8 @@ T = TypeVar("T")
 _SQLITE_BUSY = 5
 _SQLITE_CANTOPEN = 14
 _SQLITE_NOTADB = 26
+_SQLITE_DUPLICATE = frozenset({1555, 2067})
+"""SQLITE_CONSTRAINT_PRIMARYKEY, SQLITE_CONSTRAINT_UNIQUE."""
 BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite writer waits for another *process* holding the file's write lock."""
 
@@ -148,6 +154,14 @@ def now() -> str:
 
 
 # -- statements ---------------------------------------------------------------------------------
+
+
+def _role_of(data: ColumnElement[Any]) -> ColumnElement[Any]:
+    """An item's ``role``, or ``NULL`` for a row that is not valid JSON (``json_valid`` first)."""
+    return case(
+        (func.json_valid(data) == 1, func.json_extract(data, literal_column("'$.role'"))),
+        else_=null(),
+    )
 
 
 def _upsert_session(sessions: Table, sid: Any, now_: ColumnElement[Any]) -> Executable:  # noqa: ANN401
@@ -247,6 +261,24 @@ def clear_body(ex: SyncExecutor, sid: str) -> bool:
     """Delete the items, then the session row; whether the session existed."""
     ex.run("delete_messages", {"sid": sid})
     return bool(ex.rows("delete_session", {"sid": sid}))
+
+
+def replace_body(ex: SyncExecutor, sid: str, data: Sequence[str]) -> None:
+    """Upsert the session (``updated_at`` bumped), delete its items, insert ``data``.
+
+    One transaction (the caller's; in a group, one savepoint): the history is
+    the old one or the new one, never a mix or nothing.
+    """
+    when = now()
+    ex.run("upsert_session", {"sid": sid, "now": when})
+    ex.run("delete_messages", {"sid": sid})
+    if data:
+        ex.runmany("insert_message", [{"sid": sid, "data": d, "now": when} for d in data])
+
+
+def fork_body(ex: SyncExecutor, sid: str, new: str, skip: int | None) -> None:
+    """Copy the session row and its items (before user turn ``skip + 1``): one transaction."""
+    fork_body_sync(ex, sid, new, skip, now())
 
 
 class LiteExecutor:
@@ -898,6 +930,13 @@ class ThreadOperations(RowReads):
     async def clear(self, session_id: str) -> bool:
         return await self._write("delete_session", lambda ex: clear_body(ex, session_id))
 
+    async def replace(self, session_id: str, data: Sequence[str]) -> None:
+        size = sum(map(len, data))
+        await self._write("insert_message", lambda ex: replace_body(ex, session_id, data), size)
+
+    async def fork(self, session_id: str, new_session_id: str, skip: int | None) -> None:
+        await self._write("fork_items", lambda ex: fork_body(ex, session_id, new_session_id, skip))
+
 
 class CoreOperations(RowReads):
     """The same bodies through SQLAlchemy (aiosqlite): in-memory databases and observed engines.
@@ -945,6 +984,12 @@ class CoreOperations(RowReads):
     async def clear(self, session_id: str) -> bool:
         return await self._write(lambda ex: clear_body(ex, session_id))
 
+    async def replace(self, session_id: str, data: Sequence[str]) -> None:
+        await self._write(lambda ex: replace_body(ex, session_id, data))
+
+    async def fork(self, session_id: str, new_session_id: str, skip: int | None) -> None:
+        await self._write(lambda ex: fork_body(ex, session_id, new_session_id, skip))
+
 
 # -- the module ---------------------------------------------------------------------------------
 
@@ -984,7 +1029,9 @@ class SQLite(Database):
     @classmethod
     def _build_statements(cls, names: TableNames) -> Statements:
         when = bindparam("now", type_=String())
-        return portable_statements(names, now=when, upsert_session=_upsert_session, item_time=when)
+        return portable_statements(
+            names, now=when, upsert_session=_upsert_session, role_of=_role_of, item_time=when
+        )
 
     @classmethod
     def operations(cls, engine: AsyncEngine, names: TableNames, on_corrupt: OnCorrupt) -> Any:  # noqa: ANN401
@@ -1086,6 +1133,10 @@ class SQLite(Database):
             yield
         finally:
             connection.exec_driver_sql("PRAGMA foreign_keys = ON")
+
+    @classmethod
+    def duplicate_key(cls, orig: BaseException) -> bool:
+        return getattr(orig, "sqlite_errorcode", None) in _SQLITE_DUPLICATE
 
     @classmethod
     def classify(cls, orig: BaseException) -> str | None:

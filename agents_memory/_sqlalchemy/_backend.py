@@ -25,7 +25,11 @@ from agents_memory._codec import OnCorrupt, decode_rows
 from agents_memory._databases import pool as driver_pool
 from agents_memory._databases import sqlite as sqlite_module
 from agents_memory._databases.base import Database, Operations, Statements, observed
-from agents_memory._errors import DatabaseConnectionError, SessionClosedError
+from agents_memory._errors import (
+    DatabaseConnectionError,
+    SessionClosedError,
+    SessionExistsError,
+)
 from agents_memory._ids import check_sql_int
 from agents_memory._sqlalchemy._cancel import run_to_completion
 from agents_memory._sqlalchemy._engine import EngineState, engine_state
@@ -302,3 +306,25 @@ class Backend:
     async def clear(self, session_id: str) -> bool:
         """Delete the session row and all its items at once; True if the session existed."""
         return await self._run(lambda ops: ops.clear(session_id))
+
+    async def replace(self, session_id: str, data: Sequence[str]) -> None:
+        """Swap the session's items for already-encoded ``data`` in one transaction."""
+        await self._run(lambda ops: ops.replace(session_id, data))
+
+    async def fork(self, session_id: str, new_session_id: str, skip: int | None) -> None:
+        """Copy a session (row, items before user turn ``skip + 1``) to a new id, atomically.
+
+        The target's primary key settles a race of forks to one id: the loser's
+        unique-key error becomes :class:`SessionExistsError`, nothing written.
+        """
+        try:
+            await self._run(lambda ops: ops.fork(session_id, new_session_id, skip))
+        except DBAPIError as exc:
+            if exc.orig is None or not self.db.duplicate_key(exc.orig):
+                raise
+            msg = (
+                f"session {new_session_id!r} already exists, so it cannot be a fork of "
+                f"{session_id!r}; nothing was written. Pick another id, or delete that "
+                "session first (SessionStore.delete_session)"
+            )
+            raise SessionExistsError(msg) from exc

@@ -12,7 +12,12 @@ from agents_memory._closing import AsyncClosing
 from agents_memory._codec import OnCorrupt, encode_items
 from agents_memory._errors import SessionClosedError
 from agents_memory._ids import validate_session_id
-from agents_memory._protocol import SessionBase, coerce_settings, resolve_limit
+from agents_memory._protocol import (
+    SessionBase,
+    coerce_settings,
+    resolve_limit,
+    writes_overridden,
+)
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._metadata import get_metadata_statement, validate_metadata
@@ -156,6 +161,36 @@ class SQLAlchemySession(AsyncClosing, SessionBase):
     async def clear_session(self) -> None:
         """Delete the session and all of its items."""
         await self._live().clear(self.session_id)
+
+    async def replace_items(self, items: list[TResponseInputItem]) -> None:
+        """Replace the whole history with ``items``, atomically: the old history or the new.
+
+        For compaction, edits and redaction. Every item is validated and encoded
+        first (a bad one raises ``TypeError``/``ValueError`` and nothing changes);
+        then one transaction deletes the session's items and inserts ``items`` in
+        order, so a reader, a cancel, a lost connection or a killed process sees
+        the old history or the new one, never an empty or partial one. The session
+        row stays (its metadata and ``created_at`` kept, ``updated_at`` bumped),
+        created if missing; ``replace_items([])`` empties the history but keeps it.
+        """
+        data = encode_items(items, ensure_ascii=self._ensure_ascii)
+        await self._live().replace(self.session_id, data)
+
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """The Agents SDK's compaction hook: ``OpenAIResponsesCompactionSession`` calls it.
+
+        The SDK's wrapper looks this method up on the wrapped session's type and,
+        when present, swaps the history through it instead of ``clear_session`` then
+        ``add_items`` (two transactions, with a window in which the history is empty).
+        ``False`` (the SDK then falls back to clear-then-add) for a subclass that
+        overrides how items are written but not ``replace_items``, as the SDK's own
+        sessions do: an inherited swap must not bypass the subclass's transformation
+        or the structures it keeps beside the items.
+        """
+        if writes_overridden(type(self), SQLAlchemySession):
+            return False
+        await self.replace_items(items)
+        return True
 
     async def get_metadata(self) -> dict[str, Any]:
         """The session's metadata tags (``{}`` when none were set or the session is new)."""

@@ -21,7 +21,7 @@ from agents_memory._closing import AsyncClosing
 from agents_memory._codec import OnCorrupt
 from agents_memory._ids import MAX_PAGE_SIZE, validate_session_id
 from agents_memory._protocol import coerce_settings
-from agents_memory._sqlalchemy._backend import Backend
+from agents_memory._sqlalchemy._backend import Backend, check_sql_int
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._metadata import FilterValue, metadata_filter
 from agents_memory._sqlalchemy._session import SQLAlchemySession
@@ -188,6 +188,45 @@ class SessionStore(AsyncClosing):
         query = self._listing().where(s.session_id == validate_session_id(session_id))
         rows = await self._backend.fetch(query)
         return self._info(rows[0]) if rows else None
+
+    async def fork(
+        self, session_id: str, new_session_id: str, *, at_turn: int | None = None
+    ) -> SQLAlchemySession:
+        """Copy a session to a new id, in one transaction on the database; the new session.
+
+        The copy holds the source's items in order (each keeping its ``created_at``)
+        and its metadata; the new session's ``created_at``/``updated_at`` are now.
+        Items are copied by ``INSERT … SELECT`` and never pass through Python, so
+        a fork costs about as much as the rows it writes.
+
+        ``at_turn=N`` copies the history as it stood when user turn ``N`` was about
+        to start: the items *before* the ``N``-th item whose ``role`` is ``"user"``
+        (counting from 1), as the Agents SDK's ``create_branch_from_turn(N)`` does,
+        so the fork can take turn ``N`` another way. ``at_turn=1`` copies nothing but
+        the metadata.
+
+        Raises :class:`SessionNotFoundError` when ``session_id`` does not exist,
+        :class:`SessionExistsError` when ``new_session_id`` does (also the loser of
+        two concurrent forks to one id), :class:`TurnNotFoundError` when the source
+        has fewer than ``N`` user turns; in each case nothing was written.
+        """
+        source = validate_session_id(session_id)
+        target = validate_session_id(new_session_id)
+        if target == source:
+            msg = "new_session_id must differ from session_id (a fork is a new session)"
+            raise ValueError(msg)
+        skip: int | None = None
+        if at_turn is not None:
+            if isinstance(at_turn, bool) or not isinstance(at_turn, int):
+                msg = f"at_turn must be an int (a user turn, from 1) or None, got {at_turn!r}"
+                raise TypeError(msg)
+            if at_turn < 1:
+                msg = f"at_turn counts user turns from 1, got {at_turn}"
+                raise ValueError(msg)
+            check_sql_int("at_turn", at_turn)
+            skip = at_turn - 1
+        await self._backend.fork(source, target, skip)
+        return self.session(target)
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete a session and all its items; ``True`` if it existed."""

@@ -58,3 +58,13 @@ async def use_conversations_session(client: AsyncOpenAI) -> None:
         assert conversation_id
         started: str | None = conversation.conversation_id
         assert started is not None
+
+
+async def use_replace_and_fork() -> None:
+    async with SessionStore.from_url("sqlite:///app.db", create_tables=True) as store:
+        item: TResponseInputItem = {"role": "user", "content": "summary"}
+        await store.session("user-1").replace_items([item])
+        forked: SQLAlchemySession = await store.fork("user-1", "user-1b", at_turn=2)
+        await forked.replace_items([])
+        with SQLiteSession("u", "app.db") as lite:
+            await lite.replace_items([item])
