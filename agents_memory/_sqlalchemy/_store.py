@@ -19,9 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agents_memory._closing import AsyncClosing
 from agents_memory._codec import OnCorrupt
-from agents_memory._ids import MAX_PAGE_SIZE, validate_session_id
+from agents_memory._ids import MAX_PAGE_SIZE, check_sql_int, validate_session_id
 from agents_memory._protocol import coerce_settings
-from agents_memory._sqlalchemy._backend import Backend, check_sql_int
+from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._metadata import FilterValue, metadata_filter
 from agents_memory._sqlalchemy._session import SQLAlchemySession
