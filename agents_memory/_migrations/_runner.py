@@ -30,8 +30,8 @@ NAMES_KEY = "agents_memory_tables"
 
 
 def include_name(names: TableNames) -> Callable[[str | None, str, object], bool]:
-    """Compare only our two tables: the database may hold anything else."""
-    ours = {names.sessions, names.messages}
+    """Compare only our tables: the database may hold anything else."""
+    ours = set(names.tables)
 
     def include(name: str | None, type_: str, _parents: object) -> bool:
         return type_ != "table" or name in ours
