@@ -186,8 +186,8 @@ _DATABASE_LABELS = {"postgresql": "Postgres", "mysql": "MySQL/MariaDB", "sqlite"
 STRUCTURE_SUFFIX = "_structure"
 TURN_USAGE_SUFFIX = "_turn_usage"
 BRANCHES_SUFFIX = "_branches"
-"""The tables of the advanced (branching) sessions are named after the pair: ``<messages>_structure``,
-``<sessions>_turn_usage`` and ``<sessions>_branches``, so each name set has its own."""
+"""The advanced (branching) sessions' tables are named after the pair:
+``<messages>_structure``, ``<sessions>_turn_usage`` and ``<sessions>_branches``."""
 
 
 def suffixed(base: str, suffix: str) -> str:

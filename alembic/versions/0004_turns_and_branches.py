@@ -151,6 +151,10 @@ def _create(names: Any) -> None:  # noqa: ANN401
     )
 
 
+def _table(name: str, *columns: str) -> sa.TableClause:
+    return sa.table(name, *(sa.column(c) for c in columns))
+
+
 def _owned_by(insp: sa.Inspector, table: str, names: Any) -> bool:  # noqa: ANN401
     """Whether the SDK's ``table`` exists and its session key points at this set's sessions."""
     if not insp.has_table(table):
@@ -167,10 +171,8 @@ def _adopt_sdk(names: Any) -> None:  # noqa: ANN401
     sessions = sa.table(names.sessions, sa.column("session_id"))
     messages = sa.table(names.messages, sa.column("id"))
     if _owned_by(insp, SDK_STRUCTURE, names):
-        source = sa.table(SDK_STRUCTURE, sa.column("id"), sa.column("created_at"),
-                          *(sa.column(c) for c in STRUCTURE_COLUMNS))  # fmt: skip
-        target = sa.table(names.structure, sa.column("created_at"),
-                          *(sa.column(c) for c in STRUCTURE_COLUMNS))  # fmt: skip
+        source = _table(SDK_STRUCTURE, "id", "created_at", *STRUCTURE_COLUMNS)
+        target = _table(names.structure, "created_at", *STRUCTURE_COLUMNS)
         rows = (
             sa.select(
                 *(source.c[c] for c in STRUCTURE_COLUMNS),
@@ -187,10 +189,8 @@ def _adopt_sdk(names: Any) -> None:  # noqa: ANN401
         op.execute(target.insert().from_select([*STRUCTURE_COLUMNS, "created_at"], rows))
     if _owned_by(insp, SDK_USAGE, names):
         keys = ("session_id", "branch_id", "user_turn_number")
-        source = sa.table(SDK_USAGE, sa.column("id"), sa.column("created_at"),
-                          *(sa.column(c) for c in (*keys, *USAGE_COUNTS, *USAGE_DETAILS)))  # fmt: skip
-        target = sa.table(names.turn_usage, sa.column("created_at"),
-                          *(sa.column(c) for c in (*keys, *USAGE_COUNTS, *USAGE_DETAILS)))  # fmt: skip
+        source = _table(SDK_USAGE, "id", "created_at", *keys, *USAGE_COUNTS, *USAGE_DETAILS)
+        target = _table(names.turn_usage, "created_at", *keys, *USAGE_COUNTS, *USAGE_DETAILS)
         rows = (
             sa.select(
                 *(source.c[c] for c in keys),
