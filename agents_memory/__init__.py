@@ -23,6 +23,7 @@ from agents_memory._errors import (
     SessionNotStartedError,
     UnsupportedDatabaseError,
 )
+from agents_memory._sqlalchemy._advanced import AdvancedSQLAlchemySession, AdvancedSQLiteSession
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._session import SQLAlchemySession
 from agents_memory._sqlalchemy._stats import StoreStats
@@ -67,6 +68,8 @@ def __getattr__(name: str) -> Any:  # noqa: ANN401 - module attribute, by name
 
 __all__ = [
     "DEFAULT_URL",
+    "AdvancedSQLAlchemySession",
+    "AdvancedSQLiteSession",
     "AgentsMemoryError",
     "CorruptItemError",
     "DatabaseBusyError",
