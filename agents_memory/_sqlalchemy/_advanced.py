@@ -314,7 +314,8 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
                     return items[-n:]
                 window *= 2
 
-        return await self._read(body)  # type: ignore[return-value]
+        items: list[Any] = await self._read(body)
+        return items
 
     async def iter_items(self, *, batch_size: int = 500) -> AsyncIterator[TResponseInputItem]:
         """Every item of the current branch, oldest first."""
@@ -444,7 +445,8 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
                 if items:
                     return items[0]
 
-        return await self._write(body)  # type: ignore[return-value]
+        item: Any = await self._write(body)
+        return item  # type: ignore[no-any-return]
 
     async def _drop_unshared(self, conn: AsyncConnection, which: ColumnElement[bool]) -> None:
         """Delete the messages of this session matching ``which`` that no branch holds."""

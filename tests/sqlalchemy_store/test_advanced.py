@@ -8,48 +8,19 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import agents
 import pytest
+from advanced_items import answer, call, output, run_result, user
 from agents import testing
-from agents.usage import InputTokensDetails, OutputTokensDetails, Usage
+from agents.usage import Usage
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agents_memory import AdvancedSQLAlchemySession, SessionStore, TableNames, get_models
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
-
-
-def answer(text: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": [{"type": "output_text", "text": text}]}
-
-
-def call(name: str, call_id: str) -> dict[str, Any]:
-    return {"type": "function_call", "call_id": call_id, "name": name, "arguments": "{}"}
-
-
-def output(call_id: str) -> dict[str, Any]:
-    return {"type": "function_call_output", "call_id": call_id, "output": "ok"}
-
-
-def run_result(requests: int, input_tokens: int, output_tokens: int) -> Any:  # noqa: ANN401
-    """What store_run_usage reads of a RunResult: ``context_wrapper.usage``."""
-    usage = Usage(
-        requests=requests,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        total_tokens=input_tokens + output_tokens,
-        input_tokens_details=InputTokensDetails(cached_tokens=1, cache_write_tokens=0),
-        output_tokens_details=OutputTokensDetails(reasoning_tokens=2),
-    )
-    return SimpleNamespace(context_wrapper=SimpleNamespace(usage=usage))
 
 
 async def three_turns(s: AdvancedSQLAlchemySession) -> None:
@@ -383,7 +354,8 @@ async def test_two_processes_write_one_session(
 
 async def test_runner_with_branches_and_usage(store: SessionStore) -> None:
     """The real Runner with a scripted model writes turns; usage is stored per turn; a branch
-    re-asks turn 2 and the model then sees only turn 1 and the new question."""
+    re-asks turn 2 and the model then sees only turn 1 and the new question.
+    """
     steps = [
         testing.ModelStep(
             output=[testing.assistant_message(text)],
