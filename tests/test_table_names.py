@@ -79,7 +79,7 @@ def kw(names: TableNames) -> dict[str, str]:
 
 def _drop_set(conn: Connection, names: TableNames) -> None:
     """Drop a set's tables, version tables included, with quoted names (messages first: FK)."""
-    tables = [names.messages, names.sessions, names.version_table, names.legacy_version_table]
+    tables = [*reversed(names.tables), names.version_table, names.legacy_version_table]
     for table in tables:
         if table is not None:
             Table(table, MetaData()).drop(conn, checkfirst=True)

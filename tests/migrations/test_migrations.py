@@ -91,7 +91,7 @@ async def test_two_table_sets_are_independent(engine: AsyncEngine, names: TableN
         assert other.sessions not in present
     finally:
         async with engine.begin() as conn:
-            for t in (other.messages, other.sessions, other.version_table):
+            for t in (*reversed(other.tables), other.version_table):
                 await conn.execute(text(f"DROP TABLE IF EXISTS {t}"))
 
 
