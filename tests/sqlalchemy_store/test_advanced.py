@@ -15,10 +15,17 @@ import pytest
 from advanced_items import answer, call, output, run_result, user
 from agents import testing
 from agents.usage import Usage
-from sqlalchemy import func, select
+from session_contract import SessionContract
+from sqlalchemy import func, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agents_memory import AdvancedSQLAlchemySession, SessionStore, TableNames, get_models
+from agents_memory import (
+    AdvancedSQLAlchemySession,
+    SessionSettings,
+    SessionStore,
+    TableNames,
+    get_models,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -381,3 +388,53 @@ async def test_runner_with_branches_and_usage(store: SessionStore) -> None:
     branch = await s.get_turn_usage()
     assert [(t["user_turn_number"], t["input_tokens"]) for t in branch] == [(2, 30)]
     assert (await s.get_session_usage() or {})["input_tokens"] == 60
+
+
+class AdvancedHarness:
+    """The Session contract's view of advanced sessions (on their ``main`` branch)."""
+
+    def __init__(self, store: SessionStore) -> None:
+        self.store = store
+
+    def session(
+        self, session_id: str, *, session_settings: SessionSettings | None = None
+    ) -> AdvancedSQLAlchemySession:
+        """An advanced session of the store."""
+        return self.store.advanced_session(session_id, session_settings=session_settings)
+
+    async def exists(self, session_id: str) -> bool:
+        """Whether the store lists the session."""
+        return await self.store.get_session(session_id) is not None
+
+    async def insert_raw(self, session_id: str, data: str) -> None:
+        """A message row and its place on ``main``, written with SQL behind the session."""
+        models = get_models(self.store.table_names)
+        m, s = models.Message.__table__, models.Structure.__table__
+        async with self.store.engine.begin() as conn:
+            await conn.execute(
+                text(f"INSERT INTO {self.store.table_names.messages} (session_id, message_data) "
+                     "VALUES (:s, :d)"),
+                {"s": session_id, "d": data},
+            )  # fmt: skip
+            new_id = (await conn.execute(select(func.max(m.c.id)))).scalar_one()
+            seq = (await conn.execute(select(func.max(s.c.sequence_number)))).scalar() or 0
+            await conn.execute(
+                insert(s).values(
+                    session_id=session_id,
+                    message_id=new_id,
+                    branch_id="main",
+                    message_type="other",
+                    sequence_number=seq + 1,
+                    user_turn_number=0,
+                    branch_turn_number=0,
+                )
+            )
+
+
+class TestAdvancedSessionContract(SessionContract):
+    """The shared Session contract, for advanced sessions of a store on every backend."""
+
+    @pytest.fixture
+    def harness(self, store: SessionStore) -> AdvancedHarness:
+        """The backend's store, handing out advanced sessions."""
+        return AdvancedHarness(store)
