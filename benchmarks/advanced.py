@@ -27,6 +27,7 @@ from sqlalchemy import MetaData, Table, insert
 from sqlalchemy.schema import DropTable
 
 from agents_memory import SessionStore, TableNames, create_engine, get_models
+from benchmarks.workloads import check
 
 URLS = {
     "sqlite": None,
@@ -45,9 +46,7 @@ def turn_items(first: int, n: int) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     for i in range(first, first + n):
         items.append({"role": "user", "content": f"question {i}: " + "x" * 200})
-        items.append(
-            {"role": "assistant", "content": [{"type": "output_text", "text": "y" * 400}]}
-        )
+        items.append({"role": "assistant", "content": [{"type": "output_text", "text": "y" * 400}]})
     return items
 
 
@@ -89,9 +88,8 @@ async def ours(url: str, turns: int, repeats: int) -> tuple[float, float]:
         usage = get_models(names).TurnUsage.__table__
         async with engine.begin() as conn:
             await conn.execute(insert(usage), usage_rows("long", turns))
-        got = await s.get_conversation_turns()
-        assert len(got) == turns, len(got)
-        assert (await s.get_session_usage() or {}).get("total_turns") == turns
+        check(len(await s.get_conversation_turns()) == turns, "every turn listed")
+        check((await s.get_session_usage() or {}).get("total_turns") == turns, "usage rows")
         return (
             await median_ms(s.get_conversation_turns, repeats),
             await median_ms(s.get_session_usage, repeats * 4),
@@ -119,7 +117,7 @@ async def sdk(path: Path, turns: int, repeats: int) -> tuple[float, float]:
         )
         conn.commit()
         conn.close()
-        assert len(await s.get_conversation_turns()) == turns
+        check(len(await s.get_conversation_turns()) == turns, "every turn listed (SDK)")
         return (
             await median_ms(s.get_conversation_turns, repeats),
             await median_ms(s.get_session_usage, repeats * 4),

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -298,6 +298,8 @@ WRITER = textwrap.dedent(
     async def main():
         store = SessionStore.from_url(url, sessions_table=sessions, messages_table=messages)
         s = store.advanced_session("shared")
+        await s.get_items(limit=1)  # connected, schema checked
+        open(os.path.join(os.path.dirname(start), "ready-" + tag), "w").close()
         while not os.path.exists(start):
             time.sleep(0.005)
         for i in range(int(n)):
@@ -321,26 +323,27 @@ async def test_two_processes_write_one_session(
     n = 25
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = [
-        subprocess.Popen(  # noqa: S603
-            [
-                sys.executable,
-                "-c",
-                WRITER,
-                file_backend.url,
-                names.sessions,
-                names.messages,
-                tag,
-                str(start),
-                str(n),
-            ],
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            WRITER,
+            file_backend.url,
+            names.sessions,
+            names.messages,
+            tag,
+            str(start),
+            str(n),
             env=env,
-        )  # fmt: skip
+        )
         for tag in ("A", "B")
     ]
-    await asyncio.sleep(1.0)  # both have imported and wait at the start line
+    # Start both at once, when both are at the start line (imports done, store open).
+    while not all((tmp_path / f"ready-{tag}").exists() for tag in "AB"):
+        assert all(p.returncode is None for p in procs)
+        await asyncio.sleep(0.01)
     start.touch()
     for proc in procs:
-        assert await asyncio.to_thread(proc.wait) == 0
+        assert await proc.wait() == 0
     s = store.advanced_session("shared")
     turns = await s.get_conversation_turns()
     assert [t["turn"] for t in turns] == list(range(1, 2 * n + 2))
@@ -350,7 +353,7 @@ async def test_two_processes_write_one_session(
     for tag in "AB":
         mine = [c for c in order if c.startswith(tag)]
         assert mine == [f"{tag}{i}" for i in range(n)]
-    switches = sum(1 for a, b in zip(order, order[1:], strict=False) if a[0] != b[0])
+    switches = sum(1 for a, b in itertools.pairwise(order) if a[0] != b[0])
     assert switches >= 1
     items = await s.get_items()
     assert len(items) == 1 + 4 * n
@@ -360,8 +363,9 @@ async def test_two_processes_write_one_session(
 
 
 async def test_runner_with_branches_and_usage(store: SessionStore) -> None:
-    """The real Runner with a scripted model writes turns; usage is stored per turn; a branch
-    re-asks turn 2 and the model then sees only turn 1 and the new question.
+    """The real Runner with a scripted model: turns, usage per turn, and a branch.
+
+    The branch re-asks turn 2; the model then sees only turn 1 and the new question.
     """
     steps = [
         testing.ModelStep(

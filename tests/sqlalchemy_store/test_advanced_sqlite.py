@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import shutil
 import subprocess
@@ -97,7 +98,7 @@ async def assert_same_as_sdk(s: AdvancedSQLiteSession, seen: dict[str, Any]) -> 
 
 
 async def test_sdk_file_is_adopted_in_place(tmp_path: Path) -> None:
-    """A file the SDK's class wrote opens with ours (create_tables=True): branches and usage kept."""
+    """An SDK-written file opens with ours (create_tables=True): branches and usage kept."""
     path = tmp_path / "sdk.db"
     seen = await sdk_file(path)
     assert len(seen["branches"]) == 2
@@ -117,7 +118,8 @@ async def test_sdk_file_adopted_by_the_cli(tmp_path: Path) -> None:
     seen = await sdk_file(path)
     shutil.copy(path, tmp_path / "before.db")
     cli = Path(sys.executable).parent / "agents-memory"
-    done = subprocess.run(  # noqa: S603
+    done = await asyncio.to_thread(
+        subprocess.run,
         [str(cli), "db", "upgrade", "--url", f"sqlite:///{path}"],
         capture_output=True,
         text=True,
