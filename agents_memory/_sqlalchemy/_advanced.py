@@ -40,6 +40,7 @@ from sqlalchemy import (
     or_,
     select,
     type_coerce,
+    update,
 )
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
@@ -276,6 +277,21 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         params = {"sid": self.session_id, **backend.db.clock_params()}
         await conn.execute(backend.st.upsert_session, params)
 
+    async def _lock_existing(self, conn: AsyncConnection) -> None:
+        """Take the same lock without creating the session row (a pop of an empty session).
+
+        A write as the transaction's first statement, even one matching no row: on
+        SQLite it takes the file's write lock up front (waiting out the busy
+        timeout), where a read first would fail at once on a later write if
+        another process committed in between.
+        """
+        sessions = self._backend.st.sessions
+        await conn.execute(
+            update(sessions)
+            .where(sessions.c.session_id == self.session_id)
+            .values(updated_at=sessions.c.updated_at)
+        )
+
     def _where(self, branch: str) -> ColumnElement[bool]:
         s = self._structure.c
         return and_(s.session_id == self.session_id, s.branch_id == branch)
@@ -406,6 +422,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         on_corrupt = self._backend.on_corrupt
 
         async def body(conn: AsyncConnection) -> dict[str, Any] | None:
+            await self._lock_existing(conn)
             while True:
                 row = (
                     await conn.execute(
@@ -490,6 +507,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             }
 
             async def body(conn: AsyncConnection) -> None:
+                await self._lock_existing(conn)
                 turn = (
                     await conn.execute(
                         select(func.max(s.c.user_turn_number)).where(self._where(branch))
@@ -498,7 +516,6 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
                 if not turn:
                     self._logger.debug("no turn on branch %r to store usage for", branch)
                     return
-                await self._lock_session(conn)
                 key = and_(
                     u.c.session_id == sid, u.c.branch_id == branch, u.c.user_turn_number == turn
                 )
@@ -889,7 +906,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         m, s, u = self._backend.st.messages, self._structure, self._usage
 
         async def body(conn: AsyncConnection) -> None:
-            await self._lock_session(conn)
+            await self._lock_existing(conn)
             mine = self._where(branch_id)
             if not (await conn.execute(select(exists(select(s.c.id).where(mine))))).scalar():
                 msg = f"Branch '{branch_id}' does not exist"
