@@ -442,3 +442,42 @@ class TestAdvancedSessionContract(SessionContract):
     def harness(self, store: SessionStore) -> AdvancedHarness:
         """The backend's store, handing out advanced sessions."""
         return AdvancedHarness(store)
+
+
+async def test_tool_names_as_the_sdk_names_them(store: SessionStore) -> None:
+    """Namespaces kept, same-name namespaces collapsed, tool search counted once, MCP labelled."""
+    s = store.advanced_session("tools")
+    fc = "function_call"
+    await s.add_items(
+        [
+            user("look up"),
+            {"type": fc, "name": "lookup", "namespace": "crm", "call_id": "1", "arguments": ""},
+            {"type": fc, "name": "lookup", "namespace": "billing", "call_id": "2", "arguments": ""},
+            {
+                "type": fc,
+                "name": "weather",
+                "namespace": "weather",
+                "call_id": "3",
+                "arguments": "",
+            },
+            {"type": "tool_search_call", "id": "t1", "arguments": {}},
+            {"type": "tool_search_output", "id": "t2", "tools": []},
+            {"type": "mcp_call", "server_label": "docs", "name": "read", "id": "m"},
+            {"type": "shell_call", "id": "sh"},
+            user("search only"),
+            {"type": "tool_search_output", "id": "t3", "tools": []},
+        ]  # type: ignore[list-item]
+    )
+    usage = await s.get_tool_usage()
+    assert sorted(usage) == sorted(
+        [
+            ("crm.lookup", 1, 1),
+            ("billing.lookup", 1, 1),
+            ("weather", 1, 1),
+            ("tool_search", 1, 1),
+            ("docs.read", 1, 1),
+            ("shell_call", 1, 1),
+            ("tool_search", 1, 2),
+        ]
+    )
+    assert [turn for _name, _n, turn in usage] == sorted(turn for _name, _n, turn in usage)
