@@ -16,6 +16,7 @@ from agents_memory import _protocol
 
 if TYPE_CHECKING:
     from agents_memory import migrations
+    from agents_memory._sqlalchemy._advanced import AdvancedSQLAlchemySession, AdvancedSQLiteSession
 
     __version__: str
     from agents_memory._errors import (
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from agents_memory.models import get_models
 
 _HOMES: dict[str, str] = {
+    "AdvancedSQLiteSession": "_sqlalchemy._advanced",
+    "AdvancedSQLAlchemySession": "_sqlalchemy._advanced",
     "TurnNotFoundError": "_errors",
     "SessionNotFoundError": "_errors",
     "SessionExistsError": "_errors",
@@ -112,6 +115,8 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "DEFAULT_URL",
+    "AdvancedSQLAlchemySession",
+    "AdvancedSQLiteSession",
     "AgentsMemoryError",
     "CorruptItemError",
     "DatabaseBusyError",

@@ -167,12 +167,72 @@ _ROLES = {
     "messages_pk": "messages table's primary key",
     "messages_index": "messages index on (session_id, id)",
     "messages_fk": "messages table's foreign key",
+    "structure": "message structure table (turns and branches)",
+    "turn_usage": "turn usage table",
+    "branches": "branch names table",
+    "structure_pk": "message structure table's primary key",
+    "structure_session_fk": "message structure table's foreign key to the sessions table",
+    "structure_message_fk": "message structure table's foreign key to the messages table",
+    "structure_session_index": "message structure index on (session_id, branch_id, sequence)",
+    "structure_branch_index": "message structure index on (branch_id, session_id, turn)",
+    "structure_message_index": "message structure index on message_id",
+    "turn_usage_pk": "turn usage table's primary key",
+    "turn_usage_fk": "turn usage table's foreign key",
+    "turn_usage_unique": "turn usage table's unique key (session_id, branch_id, turn)",
+    "branches_pk": "branch names table's primary key",
+    "branches_fk": "branch names table's foreign key",
     "sessions_rebuild": "copy Alembic rebuilds the sessions table through",
     "messages_rebuild": "copy Alembic rebuilds the messages table through",
 }
 """What each name of :meth:`TableNames.derived_names` is, for error messages."""
 
 _DATABASE_LABELS = {"postgresql": "Postgres", "mysql": "MySQL/MariaDB", "sqlite": "SQLite"}
+
+
+STRUCTURE_SUFFIX = "_structure"
+TURN_USAGE_SUFFIX = "_turn_usage"
+BRANCHES_SUFFIX = "_branches"
+"""The advanced (branching) sessions' tables are named after the pair:
+``<messages>_structure``, ``<sessions>_turn_usage`` and ``<sessions>_branches``."""
+
+
+def suffixed(base: str, suffix: str) -> str:
+    """``<base><suffix>``, or, past 63 characters, a shortened base, ``_``, 8 hex digits, suffix.
+
+    The same rule as :func:`version_table_for`: stable, within every database's
+    limit, and different for different long bases.
+    """
+    name = f"{base}{suffix}"
+    if len(name) <= MAX_IDENTIFIER_LENGTH:
+        return name
+    keep = MAX_IDENTIFIER_LENGTH - len(suffix) - _DIGEST_LENGTH - 1
+    return f"{base[:keep]}_{_digest(base)}{suffix}"
+
+
+def _advanced_conventions(s: str, m: str) -> dict[str, str]:
+    """The convention names of the advanced tables (before shortening for a database)."""
+    structure = suffixed(m, STRUCTURE_SUFFIX)
+    usage = suffixed(s, TURN_USAGE_SUFFIX)
+    branches = suffixed(s, BRANCHES_SUFFIX)
+    ix, fk = NAMING_CONVENTION["ix"], NAMING_CONVENTION["fk"]
+    return {
+        "structure_pk": NAMING_CONVENTION["pk"] % {"table_name": structure},
+        "structure_session_fk": fk
+        % {"table_name": structure, "column_0_name": "session_id", "referred_table_name": s},
+        "structure_message_fk": fk
+        % {"table_name": structure, "column_0_name": "message_id", "referred_table_name": m},
+        "structure_session_index": ix % {"table_name": structure, "column_0_name": "session_id"},
+        "structure_branch_index": ix % {"table_name": structure, "column_0_name": "branch_id"},
+        "structure_message_index": ix % {"table_name": structure, "column_0_name": "message_id"},
+        "turn_usage_pk": NAMING_CONVENTION["pk"] % {"table_name": usage},
+        "turn_usage_fk": fk
+        % {"table_name": usage, "column_0_name": "session_id", "referred_table_name": s},
+        "turn_usage_unique": NAMING_CONVENTION["uq"]
+        % {"table_name": usage, "column_0_name": "session_id"},
+        "branches_pk": NAMING_CONVENTION["pk"] % {"table_name": branches},
+        "branches_fk": fk
+        % {"table_name": branches, "column_0_name": "session_id", "referred_table_name": s},
+    }
 
 
 def _derived_names(sessions: str, messages: str, database: str) -> dict[str, str]:
@@ -191,9 +251,13 @@ def _derived_names(sessions: str, messages: str, database: str) -> dict[str, str
         % {"table_name": m, "column_0_name": "session_id"},
         "messages_fk": NAMING_CONVENTION["fk"]
         % {"table_name": m, "column_0_name": "session_id", "referred_table_name": s},
+        **_advanced_conventions(s, m),
     }
     version = version_table_for(s)
     names = {
+        "structure": suffixed(m, STRUCTURE_SUFFIX),
+        "turn_usage": suffixed(s, TURN_USAGE_SUFFIX),
+        "branches": suffixed(s, BRANCHES_SUFFIX),
         "version_table": version,
         "version_table_pk": f"{version}{VERSION_KEY_SUFFIX}",
         **{role: _convention_name(name, limit) for role, name in conventions.items()},
@@ -298,6 +362,26 @@ class TableNames:
         """
         legacy = _legacy_version_table_for(self.sessions)
         return None if legacy == self.version_table else legacy
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """Every table of this set (the version table aside), parents first."""
+        return (self.sessions, self.messages, self.structure, self.turn_usage, self.branches)
+
+    @property
+    def structure(self) -> str:
+        """The advanced sessions' per-item table (branch, turn, sequence, type, tool)."""
+        return suffixed(self.messages, STRUCTURE_SUFFIX)
+
+    @property
+    def turn_usage(self) -> str:
+        """The advanced sessions' token usage per (session, branch, user turn)."""
+        return suffixed(self.sessions, TURN_USAGE_SUFFIX)
+
+    @property
+    def branches(self) -> str:
+        """The advanced sessions' branch names ever used per session (so none is reused)."""
+        return suffixed(self.sessions, BRANCHES_SUFFIX)
 
     def derived_names(self, database: str = "postgresql") -> dict[str, str]:
         """Every name this set makes in ``database`` (a SQLAlchemy dialect name), by role.

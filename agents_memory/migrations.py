@@ -112,7 +112,7 @@ def include_name(
     filter of your own, call both: ``ours(name, type_, parents) and mine(...)``.
     """
     names = TableNames(sessions_table, messages_table)
-    hidden = {names.sessions, names.messages, names.version_table}
+    hidden = {*names.tables, names.version_table}
     if names.legacy_version_table is not None:
         hidden.add(names.legacy_version_table)
 

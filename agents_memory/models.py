@@ -22,8 +22,10 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.ext.compiler import compiles
@@ -34,7 +36,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from agents_memory._ids import SESSION_ID_MAX_LENGTH
 from agents_memory._tables import NAMING_CONVENTION, TableNames
 
-REVISION = "0002"
+REVISION = "0004"
 """The Alembic revision these models describe: the newest in ``alembic/versions/``.
 
 The stdlib ``SQLiteSession`` creates a fresh file from the models and stamps it
@@ -87,6 +89,10 @@ def _current_timestamp_mysql(
     return "CURRENT_TIMESTAMP(6)"
 
 
+BRANCH_ID_MAX_LENGTH = 255
+"""Branch names are indexed (MySQL indexes at most 3072 bytes: 255 utf8mb4 characters fit)."""
+
+
 class Models(NamedTuple):
     """The ORM classes and metadata of one table-name set."""
 
@@ -94,6 +100,12 @@ class Models(NamedTuple):
     Message: type[Any]
     metadata: MetaData
     names: TableNames
+    Structure: type[Any]
+    """Advanced sessions: one row per item per branch (turn, sequence, type, tool)."""
+    TurnUsage: type[Any]
+    """Advanced sessions: token usage per (session, branch, user turn)."""
+    Branch: type[Any]
+    """Advanced sessions: every branch name a session has used (so none is reused)."""
 
 
 def get_models(names: TableNames | None = None) -> Models:
@@ -155,7 +167,94 @@ def _build(names_: TableNames) -> Models:
         )
         session: Mapped[Session] = relationship(back_populates="messages")
 
-    return Models(Session=Session, Message=Message, metadata=Base.metadata, names=names_)
+    class Structure(Base):
+        """Where an item sits in a branch of an advanced session; plain sessions never write it.
+
+        An item shared by several branches (a branch copies the turns before its
+        fork point) has one row per branch and one message row.
+        """
+
+        __tablename__ = names_.structure
+        __table_args__ = (
+            Index(None, "session_id", "branch_id", "sequence_number"),
+            Index(None, "branch_id", "session_id", "user_turn_number"),
+            Index(None, "message_id"),
+            {"sqlite_autoincrement": True, **MYSQL_TABLE_OPTIONS},
+        )
+
+        id: Mapped[int] = mapped_column(id_type, primary_key=True, autoincrement=True)
+        session_id: Mapped[str] = mapped_column(
+            String(SESSION_ID_MAX_LENGTH),
+            ForeignKey(f"{names_.sessions}.session_id", ondelete="CASCADE"),
+            nullable=False,
+        )
+        message_id: Mapped[int] = mapped_column(
+            id_type, ForeignKey(f"{names_.messages}.id", ondelete="CASCADE"), nullable=False
+        )
+        branch_id: Mapped[str] = mapped_column(String(BRANCH_ID_MAX_LENGTH), nullable=False)
+        message_type: Mapped[str] = mapped_column(Text(), nullable=False)
+        sequence_number: Mapped[int] = mapped_column(BigInteger(), nullable=False)
+        user_turn_number: Mapped[int | None] = mapped_column(Integer(), nullable=True)
+        branch_turn_number: Mapped[int | None] = mapped_column(Integer(), nullable=True)
+        tool_name: Mapped[str | None] = mapped_column(Text(), nullable=True)
+        created_at: Mapped[dt.datetime] = mapped_column(
+            TIMESTAMP_TYPE, server_default=current_timestamp(), nullable=False
+        )
+
+    class TurnUsage(Base):
+        """Token usage of one user turn on one branch (``store_run_usage``)."""
+
+        __tablename__ = names_.turn_usage
+        __table_args__ = (
+            UniqueConstraint("session_id", "branch_id", "user_turn_number"),
+            {"sqlite_autoincrement": True, **MYSQL_TABLE_OPTIONS},
+        )
+
+        id: Mapped[int] = mapped_column(id_type, primary_key=True, autoincrement=True)
+        session_id: Mapped[str] = mapped_column(
+            String(SESSION_ID_MAX_LENGTH),
+            ForeignKey(f"{names_.sessions}.session_id", ondelete="CASCADE"),
+            nullable=False,
+        )
+        branch_id: Mapped[str] = mapped_column(String(BRANCH_ID_MAX_LENGTH), nullable=False)
+        user_turn_number: Mapped[int] = mapped_column(Integer(), nullable=False)
+        requests: Mapped[int] = mapped_column(BigInteger(), nullable=False, default=0)
+        input_tokens: Mapped[int] = mapped_column(BigInteger(), nullable=False, default=0)
+        output_tokens: Mapped[int] = mapped_column(BigInteger(), nullable=False, default=0)
+        total_tokens: Mapped[int] = mapped_column(BigInteger(), nullable=False, default=0)
+        input_tokens_details: Mapped[str | None] = mapped_column(Text(), nullable=True)
+        output_tokens_details: Mapped[str | None] = mapped_column(Text(), nullable=True)
+        created_at: Mapped[dt.datetime] = mapped_column(
+            TIMESTAMP_TYPE, server_default=current_timestamp(), nullable=False
+        )
+
+    class Branch(Base):
+        """A branch name a session has used; kept after the branch is deleted, until a clear."""
+
+        __tablename__ = names_.branches
+        __table_args__ = (
+            PrimaryKeyConstraint("session_id", "branch_id"),
+            MYSQL_TABLE_OPTIONS,
+        )
+
+        session_id: Mapped[str] = mapped_column(
+            String(SESSION_ID_MAX_LENGTH),
+            ForeignKey(f"{names_.sessions}.session_id", ondelete="CASCADE"),
+        )
+        branch_id: Mapped[str] = mapped_column(String(BRANCH_ID_MAX_LENGTH))
+        created_at: Mapped[dt.datetime] = mapped_column(
+            TIMESTAMP_TYPE, server_default=current_timestamp(), nullable=False
+        )
+
+    return Models(
+        Session=Session,
+        Message=Message,
+        metadata=Base.metadata,
+        names=names_,
+        Structure=Structure,
+        TurnUsage=TurnUsage,
+        Branch=Branch,
+    )
 
 
 _default = get_models()

@@ -194,7 +194,7 @@ class Database:
                         ).scalars()
                     )
                     for names in self.created:
-                        for table in (names.messages, names.sessions, names.version_table):
+                        for table in (*reversed(names.tables), names.version_table):
                             if table in existing:
                                 await sa_conn.exec_driver_sql(f"DROP TABLE {table}")
             finally:
@@ -204,7 +204,7 @@ class Database:
         conn = await asyncpg.connect(self.url, statement_cache_size=0)
         try:
             for names in self.created:
-                for table in (names.messages, names.sessions, names.version_table):
+                for table in (*reversed(names.tables), names.version_table):
                     await conn.execute(f"DROP TABLE IF EXISTS {table}")
         finally:
             await conn.close()

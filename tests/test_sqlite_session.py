@@ -198,12 +198,19 @@ async def test_schema_is_the_sqlalchemy_schema(tmp_path: Path, names: TableNames
     ) as t:
         await t.add_items([msg(1)])
     assert _schema(ours) == _schema(theirs)
-    assert {r[1] for r in _schema(ours) if r[0] in ("table", "index")} == {
-        names.sessions,
-        names.messages,
+    derived = names.derived_names("sqlite")
+    assert {
+        r[1]
+        for r in _schema(ours)
+        if r[0] in ("table", "index") and not r[1].startswith("sqlite_autoindex_")
+    } == {
+        *names.tables,
         names.messages_index,
         f"idx_{names.sessions}_updated_at",
         names.version_table,
+        derived["structure_session_index"],
+        derived["structure_branch_index"],
+        derived["structure_message_index"],
     }
 
 

@@ -79,7 +79,7 @@ def kw(names: TableNames) -> dict[str, str]:
 
 def _drop_set(conn: Connection, names: TableNames) -> None:
     """Drop a set's tables, version tables included, with quoted names (messages first: FK)."""
-    tables = [names.messages, names.sessions, names.version_table, names.legacy_version_table]
+    tables = [*reversed(names.tables), names.version_table, names.legacy_version_table]
     for table in tables:
         if table is not None:
             Table(table, MetaData()).drop(conn, checkfirst=True)
@@ -383,3 +383,28 @@ async def test_case_variants_are_separate_stores_where_names_are_case_sensitive(
         if backend.kind != "sqlite":
             await drop_sets(engine, upper, lower)
         await engine.dispose()
+
+
+async def test_advanced_sessions_with_awkward_names(
+    backend: Any, db: AsyncEngine, pair: TableNames
+) -> None:
+    """Turns, a branch, usage and a branch deletion under every awkward name set."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from agents.usage import Usage  # noqa: PLC0415
+
+    async with SessionStore(db, create_tables=True, **kw(pair)) as store:
+        s = store.advanced_session("odd")
+        await s.add_items(ITEMS)
+        await s.add_items([{"role": "user", "content": "second"}])
+        usage = Usage(requests=1, input_tokens=3, output_tokens=4, total_tokens=7)
+        await s.store_run_usage(SimpleNamespace(context_wrapper=SimpleNamespace(usage=usage)))
+        await s.create_branch_from_turn(2, "b")
+        await s.add_items([{"role": "user", "content": "other second"}])
+        assert [t["turn"] for t in await s.find_turns_by_content("ünïcode")] == [1]
+        assert await s.get_tool_usage() == [("f", 1, 1)]
+        assert (await s.get_session_usage() or {})["total_tokens"] == 7
+        await s.delete_branch("b", force=True)
+        assert await s.get_items() == [*ITEMS, {"role": "user", "content": "second"}]
+        await s.clear_session()
+        assert await s.list_branches() == []

@@ -610,6 +610,16 @@ class Database:
         return {}
 
     @classmethod
+    def clock_params(cls) -> dict[str, Any]:
+        """Parameters a write's statements take for the time (SQLite: the client clock, ``now``).
+
+        For statements run through SQLAlchemy outside the operations (the advanced
+        sessions' ``upsert_session`` and ``insert_message``); empty where the
+        database's own clock fills the columns.
+        """
+        return {}
+
+    @classmethod
     def stamp(cls, value: dt.datetime) -> object:
         """A naive UTC time as this database's timestamp column takes it as a parameter."""
         return value

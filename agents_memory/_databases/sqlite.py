@@ -1079,6 +1079,11 @@ class SQLite(Database):
         return {"now": now()}
 
     @classmethod
+    def clock_params(cls) -> dict[str, Any]:
+        """The client clock (SQLite's ``CURRENT_TIMESTAMP`` keeps whole seconds)."""
+        return {"now": now()}
+
+    @classmethod
     def metadata_filter(
         cls, sessions: Table, wanted: Mapping[str, MetadataFilterValue]
     ) -> ColumnElement[bool]:

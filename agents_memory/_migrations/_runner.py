@@ -30,8 +30,8 @@ NAMES_KEY = "agents_memory_tables"
 
 
 def include_name(names: TableNames) -> Callable[[str | None, str, object], bool]:
-    """Compare only our two tables: the database may hold anything else."""
-    ours = {names.sessions, names.messages}
+    """Compare only our tables: the database may hold anything else."""
+    ours = set(names.tables)
 
     def include(name: str | None, type_: str, _parents: object) -> bool:
         return type_ != "table" or name in ours
@@ -113,6 +113,7 @@ def run_lineage(
             return script._downgrade_revs(revision, rev)  # noqa: SLF001 - as alembic.command does
         return script._upgrade_revs(revision, rev)  # noqa: SLF001
 
+    ours = not connection.in_transaction()
     with sqlite_foreign_keys_off(connection):
         context = MigrationContext.configure(
             connection, opts={**migration_opts(names), "fn": steps, "script": script}
@@ -125,3 +126,8 @@ def run_lineage(
             check_tables(connection, names)  # before the first DDL statement
             carry_on_legacy_lineage(Operations(context), names)
             context.run_migrations()
+        if ours and connection.in_transaction():
+            # Commit before the guard switches foreign keys back on: SQLite ignores the
+            # pragma inside a transaction, and the connection would go back to the pool
+            # (or stay, in memory) without them, so ON DELETE CASCADE would not apply.
+            connection.commit()

@@ -21,6 +21,7 @@ from agents_memory._closing import AsyncClosing
 from agents_memory._codec import OnCorrupt
 from agents_memory._ids import MAX_PAGE_SIZE, check_sql_int, validate_session_id
 from agents_memory._protocol import coerce_settings
+from agents_memory._sqlalchemy._advanced import AdvancedSQLAlchemySession
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._metadata import FilterValue, metadata_filter
@@ -129,6 +130,25 @@ class SessionStore(AsyncClosing):
         """
         settings = coerce_settings(session_settings)
         return SQLAlchemySession._from_backend(  # noqa: SLF001
+            session_id,
+            self._backend,
+            settings if settings is not None else self.session_settings,
+            ensure_ascii=self.ensure_ascii,
+        )
+
+    def advanced_session(
+        self,
+        session_id: str,
+        *,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+    ) -> AdvancedSQLAlchemySession:
+        """A session with turns, branches and usage (:class:`AdvancedSQLAlchemySession`).
+
+        Over this store's pool, like :meth:`session`; its current branch is the
+        object's own, so keep the object for as long as you work on one branch.
+        """
+        settings = coerce_settings(session_settings)
+        return AdvancedSQLAlchemySession._from_backend(  # noqa: SLF001
             session_id,
             self._backend,
             settings if settings is not None else self.session_settings,

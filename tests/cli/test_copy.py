@@ -178,7 +178,7 @@ async def test_copy_into_other_table_names(cli, store, sqlite_source: str) -> No
         engine = create_engine(cli.url)
         try:
             async with engine.begin() as conn:
-                for table in (other.messages, other.sessions, other.version_table):
+                for table in (*reversed(other.tables), other.version_table):
                     await conn.execute(DropTable(Table(table, MetaData()), if_exists=True))
         finally:
             await engine.dispose()

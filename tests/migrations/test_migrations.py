@@ -91,7 +91,7 @@ async def test_two_table_sets_are_independent(engine: AsyncEngine, names: TableN
         assert other.sessions not in present
     finally:
         async with engine.begin() as conn:
-            for t in (other.messages, other.sessions, other.version_table):
+            for t in (*reversed(other.tables), other.version_table):
                 await conn.execute(text(f"DROP TABLE IF EXISTS {t}"))
 
 
@@ -129,7 +129,9 @@ async def test_out_of_date_schema_names_the_command(engine: AsyncEngine, names: 
     """A schema behind head raises SchemaNotReadyError naming its revision and the fix."""
     await migrations.upgrade(engine, revision="0001", **kw(names))
     store = SessionStore(engine, **kw(names))
-    with pytest.raises(SchemaNotReadyError, match=r"revision 0001, not 0002.*db upgrade"):
+    with pytest.raises(
+        SchemaNotReadyError, match=rf"revision 0001, not {migrations.head()}.*db upgrade"
+    ):
         await store.session("a").add_items([{"x": 1}])
     await migrations.upgrade(engine, **kw(names))
     await SessionStore(engine, **kw(names)).session("a").add_items([{"x": 1}])

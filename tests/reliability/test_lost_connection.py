@@ -99,7 +99,7 @@ async def tagged(server: Any, names: TableNames) -> Any:
     admin = create_engine(server.url)
     yield store, admin, app
     async with admin.begin() as conn:
-        for table in (names.messages, names.sessions, names.version_table):
+        for table in (*reversed(names.tables), names.version_table):
             await conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
     await store.close()
     await admin.dispose()

@@ -165,7 +165,7 @@ def test_store_agrees_with_a_list_model(backend: Any, ledger: Ledger) -> None:
             async def cleanup() -> None:
                 if backend.kind != "sqlite":
                     async with store.engine.begin() as conn:
-                        for table in (names.messages, names.sessions):
+                        for table in reversed(names.tables):
                             await conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
                 await store.close()
 
