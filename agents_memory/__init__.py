@@ -24,6 +24,7 @@ from agents_memory._errors import (
     UnsupportedDatabaseError,
 )
 from agents_memory._sqlalchemy._engine import create_engine
+from agents_memory._sqlalchemy._prune import PruneReport
 from agents_memory._sqlalchemy._session import SQLAlchemySession
 from agents_memory._sqlalchemy._stats import StoreStats
 from agents_memory._sqlalchemy._store import SessionInfo, SessionPage, SessionStore
@@ -72,6 +73,7 @@ __all__ = [
     "DatabaseBusyError",
     "DatabaseConnectionError",
     "OpenAIConversationsSession",
+    "PruneReport",
     "SQLAlchemySession",
     "SQLiteSession",
     "SchemaNotReadyError",

@@ -24,6 +24,7 @@ from agents_memory._protocol import coerce_settings
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._metadata import FilterValue, metadata_filter
+from agents_memory._sqlalchemy._prune import PruneReport, prune
 from agents_memory._sqlalchemy._session import SQLAlchemySession
 from agents_memory._sqlalchemy._stats import StoreStats, store_stats
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
@@ -194,6 +195,37 @@ class SessionStore(AsyncClosing):
     async def delete_session(self, session_id: str) -> bool:
         """Delete a session and all its items; ``True`` if it existed."""
         return await self._backend.clear(validate_session_id(session_id))
+
+    async def prune(
+        self,
+        *,
+        older_than: dt.timedelta | None = None,
+        keep_last: int | None = None,
+        metadata: Mapping[str, FilterValue] | None = None,
+        dry_run: bool = False,
+    ) -> PruneReport:
+        """Apply a retention policy: delete old and expired sessions, trim long ones.
+
+        ``older_than`` deletes every session not written to for that long;
+        ``keep_last=N`` trims every other session to its newest ``N`` items;
+        ``metadata`` limits both to sessions with those tags. Expired sessions
+        (see ``ttl``) are always deleted. ``dry_run=True`` deletes nothing and
+        reports what a real run would delete now.
+
+        Safe on a live database: many short transactions (a bounded batch each,
+        walking sessions by keyset, so memory stays bounded), each re-checking its
+        condition, so a session written to meanwhile is kept and a trim never
+        deletes an item added after it started. Killed at any moment, it leaves
+        each session untouched, deleted whole, or a contiguous newest suffix. Two
+        prunes at once reach the same end state.
+        """
+        return await prune(
+            self._backend,
+            older_than=older_than,
+            keep_last=keep_last,
+            metadata=metadata,
+            dry_run=dry_run,
+        )
 
     async def stats(self, *, largest: int = 5) -> StoreStats:
         """Totals for the store: sessions, items, time span and the ``largest`` biggest sessions."""
