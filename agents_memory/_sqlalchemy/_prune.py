@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -88,9 +89,7 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
-def validate_policy(
-    older_than: dt.timedelta | None, keep_last: int | None, dry_run: bool
-) -> None:
+def validate_policy(older_than: dt.timedelta | None, keep_last: int | None, dry_run: bool) -> None:
     """Refuse a policy that makes no sense before anything is read or deleted."""
     if older_than is not None and (
         not isinstance(older_than, dt.timedelta) or older_than <= dt.timedelta(0)
@@ -131,7 +130,9 @@ class _Pruner:
         now = utcnow()
         stamp_type = self.db.stamp_type(s.updated_at.type)
         self.params: dict[str, Any] = {"now": self.db.stamp(now)}
-        expired = and_(s.expires_at.is_not(None), s.expires_at <= bindparam("now", type_=stamp_type))
+        expired = and_(
+            s.expires_at.is_not(None), s.expires_at <= bindparam("now", type_=stamp_type)
+        )
         old: ColumnElement[bool] = false()
         if older_than is not None:
             self.params["cutoff"] = self.db.stamp(now - older_than)
@@ -196,7 +197,8 @@ class _Pruner:
             for sid, n in page:
                 if n > ITEM_BATCH:
                     await self._shrink(sid)
-            await self._write(lambda conn, ids=[sid for sid, _ in page]: self._delete(conn, ids))
+            ids = [sid for sid, _ in page]
+            await self._write(functools.partial(self._delete, ids=ids))
 
     async def _count_page(self, ids: list[str]) -> None:
         m = self.m.c
@@ -219,14 +221,16 @@ class _Pruner:
             if upto is None:
                 return
             deleted = await self._write(
-                lambda conn, upto=upto: self._delete_items(
-                    conn, sid, and_(m.id <= upto, self._still_doomed(sid))
+                functools.partial(
+                    self._delete_items,
+                    sid=sid,
+                    condition=and_(m.id <= upto, self._still_doomed(sid)),
                 )
             )
             if deleted == 0:
                 return
 
-    async def _delete(self, conn: AsyncConnection, ids: list[str]) -> None:
+    async def _delete(self, conn: AsyncConnection, *, ids: list[str]) -> None:
         s, m = self.s.c, self.m.c
         locked = select(s.session_id).where(s.session_id.in_(ids), self.doomed).with_for_update()
         mine = [str(r[0]) for r in (await conn.execute(locked, self.params)).all()]
@@ -296,7 +300,9 @@ class _Pruner:
             if upto is None:
                 break
             deleted = await self._write(
-                lambda conn, upto=upto: self._delete_items(conn, sid, m.id <= upto, keep_from)
+                functools.partial(
+                    self._delete_items, sid=sid, condition=m.id <= upto, keep_from=keep_from
+                )
             )
             trimmed = trimmed or deleted > 0
         if trimmed:
@@ -305,6 +311,7 @@ class _Pruner:
     async def _delete_items(
         self,
         conn: AsyncConnection,
+        *,
         sid: str,
         condition: ColumnElement[bool],
         keep_from: int | None = None,
