@@ -214,17 +214,24 @@ class _Pruner:
         return exists().where(s.session_id == sid, self.doomed)
 
     async def _shrink(self, sid: str) -> None:
-        """Delete a big doomed session's oldest items in batches, while it stays doomed."""
+        """Delete a big doomed session's oldest items in batches, while it stays doomed.
+
+        The last batch is left to :meth:`_delete`, which removes it with the session
+        row: until then the session keeps a newest suffix, never an empty row.
+        """
         m = self.m.c
+        mine = m.session_id == bindparam("sid", type_=m.session_id.type)
+        beyond = select(m.id).where(mine).order_by(m.id).limit(1).offset(ITEM_BATCH)
         while True:
-            upto = await self._nth_oldest(sid, None)
-            if upto is None:
+            rows = await self._read(beyond, {"sid": sid})
+            if not rows:
                 return
+            below = int(rows[0][0])
             deleted = await self._write(
                 functools.partial(
                     self._delete_items,
                     sid=sid,
-                    condition=and_(m.id <= upto, self._still_doomed(sid)),
+                    condition=and_(m.id < below, self._still_doomed(sid)),
                 )
             )
             if deleted == 0:
@@ -259,11 +266,11 @@ class _Pruner:
                 if n > keep:
                     await self._trim(sid, keep)
 
-    async def _nth_oldest(self, sid: str, below: int | None) -> int | None:
-        """The id of the ``ITEM_BATCH``-th oldest item (below ``below``), or the last one."""
+    async def _nth_oldest(self, sid: str, below: int) -> int | None:
+        """The id of the ``ITEM_BATCH``-th oldest item below ``below``, or the last one."""
         m = self.m.c
         mine = m.session_id == bindparam("sid", type_=m.session_id.type)
-        where = mine if below is None else and_(mine, m.id < below)
+        where = and_(mine, m.id < below)
         nth = select(m.id).where(where).order_by(m.id).limit(1).offset(ITEM_BATCH - 1)
         rows = await self._read(nth, {"sid": sid})
         if rows:
