@@ -91,6 +91,11 @@ def _naive_utc(value: dt.datetime, what: str) -> dt.datetime:
     return value if value.tzinfo is None else value.astimezone(dt.UTC).replace(tzinfo=None)
 
 
+def backend_of(store: SessionStore) -> Backend:
+    """The backend under a store, for the package's own admin operations."""
+    return store._backend  # noqa: SLF001 - the class's own module
+
+
 class SessionStore(AsyncClosing):
     """Sessions over one engine and one table-name set, plus listing and deletion."""
 
