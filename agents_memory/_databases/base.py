@@ -35,14 +35,10 @@ from sqlalchemy import (
     ColumnElement,
     Executable,
     Table,
-    and_,
     bindparam,
-    case,
     delete,
-    exists,
     func,
     insert,
-    null,
     select,
 )
 from sqlalchemy.engine import URL, Connection, Dialect, Engine
@@ -96,8 +92,6 @@ class Statements:
     """All items of a session (``sid``)."""
     delete_session: Executable
     """The session row (``sid``); returns the id where the database can."""
-    drop_expired: Executable | None = None
-    """The items of ``sid`` if the session has expired (a write then starts it afresh)."""
     append: Executable | None = None
     """Postgres: upsert and multi-row insert as one statement (``sid``, ``data``)."""
     clear: Executable | None = None
@@ -111,56 +105,17 @@ def sid_param(sessions: Table) -> Any:  # noqa: ANN401 - a BindParameter
     return bindparam("sid", type_=sessions.c.session_id.type)
 
 
-UpsertSession = Callable[[Table, Any, ColumnElement[Any], ColumnElement[Any]], Executable]
-"""Builds a module's create-or-touch statement: ``(sessions, sid, now, utc_clock)``."""
-
-
-def expires_param(sessions: Table, type_: Any = None) -> Any:  # noqa: ANN401 - a BindParameter
-    """The ``expires`` bind parameter of a write: the new deadline, or ``None`` (keep it).
-
-    Typed as the column, or as ``type_`` (``Database.stamp_type``: SQLite binds text).
-    """
-    return bindparam("expires", type_=type_ if type_ is not None else sessions.c.expires_at.type)
-
-
-def expired(sessions: Table, clock: ColumnElement[Any]) -> ColumnElement[bool]:
-    """The session row's deadline has passed (``clock``: the database's UTC time)."""
-    return sessions.c.expires_at <= clock
-
-
-def renewed_expiry(
-    sessions: Table,
-    clock: ColumnElement[Any],
-    expires: Any,  # noqa: ANN401 - the expires_param
-) -> ColumnElement[Any]:
-    """What a write leaves in ``expires_at``.
-
-    The store's new deadline, if it has a ``ttl``; else the old one, unless it has
-    passed (the write starts the session afresh: no deadline).
-    """
-    kept = case((expired(sessions, clock), null()), else_=sessions.c.expires_at)
-    return func.coalesce(expires, kept)
-
-
-def live(sessions: Table, sid: Any, clock: ColumnElement[Any]) -> ColumnElement[bool]:  # noqa: ANN401
-    """The session ``sid`` has not expired (one primary-key probe; no row is live too)."""
-    return ~exists().where(sessions.c.session_id == sid, expired(sessions, clock))
-
-
 def portable_statements(
     names: TableNames,
     *,
     now: ColumnElement[Any],
-    clock: ColumnElement[Any],
-    upsert_session: UpsertSession,
+    upsert_session: Callable[[Table, Any, ColumnElement[Any]], Executable],
     item_time: ColumnElement[Any] | None = None,
 ) -> Statements:
     """The statements every database shares; a module replaces the few it writes its own way.
 
     ``now`` is the database's clock expression (or a client-side parameter) and
     ``upsert_session`` builds its create-or-touch statement for the sessions row.
-    ``clock`` is the database's UTC time, which expiry deadlines are compared with:
-    the reads and pops of an expired session see nothing.
     ``item_time`` stamps each item where the column default will not do (SQLite's
     keeps whole seconds); left out, the insert is plain ``VALUES (?, ?)``, which
     drivers turn into one multi-row statement (asyncmy's ``executemany``).
@@ -170,13 +125,12 @@ def portable_statements(
     messages: Table = models.Message.__table__
     sid = sid_param(sessions)
     cols = (messages.c.id, messages.c.message_data)
-    every = messages.c.session_id == sid
-    mine = and_(every, live(sessions, sid, clock))
+    mine = messages.c.session_id == sid
     newest = select(*cols).where(mine).order_by(messages.c.id.desc())
     return Statements(
         sessions=sessions,
         messages=messages,
-        upsert_session=upsert_session(sessions, sid, now, clock),
+        upsert_session=upsert_session(sessions, sid, now),
         insert_message=insert(messages).values(
             session_id=bindparam("sid"),
             message_data=bindparam("data"),
@@ -193,11 +147,10 @@ def portable_statements(
         .where(messages.c.id == newest.with_only_columns(messages.c.id).limit(1).scalar_subquery())
         .returning(*cols),
         delete_row=delete(messages).where(messages.c.id == bindparam("id")),
-        delete_messages=delete(messages).where(every),
+        delete_messages=delete(messages).where(mine),
         delete_session=delete(sessions)
         .where(sessions.c.session_id == sid)
         .returning(sessions.c.session_id),
-        drop_expired=delete(messages).where(every, ~live(sessions, sid, clock)),
     )
 
 
@@ -416,13 +369,8 @@ def wrap_driver_error(
 class Operations(Protocol):
     """The protocol's operations on one engine and name set, as a database module runs them."""
 
-    async def add(self, session_id: str, data: Sequence[str], expires: object = None) -> None:
-        """Upsert the session and append the encoded items, atomically and contiguously.
-
-        ``expires`` (a :meth:`Database.stamp` value) is the session's new deadline (a
-        store with a ``ttl``); ``None`` keeps the one it has. A session whose deadline
-        has passed is started afresh: its old items are deleted in the same transaction.
-        """
+    async def add(self, session_id: str, data: Sequence[str]) -> None:
+        """Upsert the session and append the encoded items, atomically and contiguously."""
         ...
 
     async def latest(self, session_id: str, n: int) -> Sequence[Row]:

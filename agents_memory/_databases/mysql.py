@@ -60,11 +60,8 @@ from agents_memory._databases.base import (
     RowReads,
     Statements,
     compile_all,
-    expires_param,
-    live,
     observed,
     portable_statements,
-    renewed_expiry,
     sid_param,
     wrap_driver_error,
 )
@@ -87,24 +84,8 @@ _GONE_CODES = frozenset({2006, 2013, 2014, 2045, 2055})
 """Server gone, lost during query, out of sync, lost while reading, lost at handshake."""
 
 
-UTC_CLOCK: ColumnElement[Any] = literal_column("UTC_TIMESTAMP(6)")
-"""The server's UTC time to the microsecond (what expiry deadlines are compared with)."""
-
-
-def _upsert_session(
-    sessions: Table,
-    sid: Any,  # noqa: ANN401
-    now: ColumnElement[Any],
-    clock: ColumnElement[Any],
-) -> Executable:
-    expires = expires_param(sessions)
-    return (
-        mysql.insert(sessions)
-        .values(session_id=sid, expires_at=expires)
-        .on_duplicate_key_update(
-            updated_at=now, expires_at=renewed_expiry(sessions, clock, expires)
-        )
-    )
+def _upsert_session(sessions: Table, sid: Any, now: ColumnElement[Any]) -> Executable:  # noqa: ANN401
+    return mysql.insert(sessions).values(session_id=sid).on_duplicate_key_update(updated_at=now)
 
 
 def check_packet_size(data: Sequence[str], limit: int) -> None:
@@ -301,12 +282,11 @@ class Operations(RowReads):
             limit = self._facts.max_packet = int(rows[0][0])
         return limit
 
-    async def add(self, session_id: str, data: Sequence[str], expires: object = None) -> None:
+    async def add(self, session_id: str, data: Sequence[str]) -> None:
         check_packet_size(data, await self._max_packet())
 
         async def body(ex: Executor) -> None:
-            await ex.run("drop_expired", {"sid": session_id})
-            await ex.run("upsert_session", {"sid": session_id, "expires": expires})
+            await ex.run("upsert_session", {"sid": session_id})
             await ex.runmany("insert_message", [{"sid": session_id, "data": d} for d in data])
 
         await self._runner.write(body)
@@ -369,12 +349,12 @@ class MySQL(Database):
     @classmethod
     def _build_statements(cls, names: TableNames) -> Statements:
         now = current_timestamp()
-        base = portable_statements(names, now=now, clock=UTC_CLOCK, upsert_session=_upsert_session)
+        base = portable_statements(names, now=now, upsert_session=_upsert_session)
         sessions, messages = base.sessions, base.messages
         sid = sid_param(sessions)
         newest = (
             select(messages.c.id, messages.c.message_data)
-            .where(messages.c.session_id == sid, live(sessions, sid, UTC_CLOCK))
+            .where(messages.c.session_id == sid)
             .order_by(messages.c.id.desc())
             .limit(1)
             .with_for_update()

@@ -69,11 +69,8 @@ from agents_memory._databases.base import (
     RowReads,
     Statements,
     compile_all,
-    expires_param,
-    live,
     observed,
     portable_statements,
-    renewed_expiry,
     sid_param,
     wrap_driver_error,
 )
@@ -93,24 +90,11 @@ _CONNECT_SQLSTATES = frozenset({"28000", "28P01", "3D000", "57P03", "53300"})
 """Could not connect (auth, no such database, starting up, too many connections)."""
 
 
-UTC_CLOCK: ColumnElement[Any] = literal_column("(now() AT TIME ZONE 'UTC')")
-"""The statement's time in UTC, as a ``timestamp`` (what expiry deadlines are compared with)."""
-
-
-def _upsert_session(
-    sessions: Table,
-    sid: Any,  # noqa: ANN401
-    now: ColumnElement[Any],
-    clock: ColumnElement[Any],
-) -> Any:  # noqa: ANN401
-    expires = expires_param(sessions)
+def _upsert_session(sessions: Table, sid: Any, now: ColumnElement[Any]) -> Any:  # noqa: ANN401
     return (
         postgresql.insert(sessions)
-        .values(session_id=sid, expires_at=expires)
-        .on_conflict_do_update(
-            index_elements=[sessions.c.session_id],
-            set_={"updated_at": now, "expires_at": renewed_expiry(sessions, clock, expires)},
-        )
+        .values(session_id=sid)
+        .on_conflict_do_update(index_elements=[sessions.c.session_id], set_={"updated_at": now})
     )
 
 
@@ -292,8 +276,8 @@ class Operations(RowReads):
         self._runner = runner
         self._on_corrupt: OnCorrupt = on_corrupt
 
-    async def add(self, session_id: str, data: Sequence[str], expires: object = None) -> None:
-        params = {"sid": session_id, "data": list(data), "expires": expires}
+    async def add(self, session_id: str, data: Sequence[str]) -> None:
+        params = {"sid": session_id, "data": list(data)}
         await self._runner.write(lambda ex: ex.run("append", params), single=True)
 
     async def _rows(self, key: str, params: dict[str, Any]) -> Sequence[Row]:
@@ -355,21 +339,12 @@ class Postgres(Database):
     @classmethod
     def _build_statements(cls, names: TableNames) -> Statements:
         now = func.current_timestamp()
-        base = portable_statements(names, now=now, clock=UTC_CLOCK, upsert_session=_upsert_session)
+        base = portable_statements(names, now=now, upsert_session=_upsert_session)
         sessions, messages = base.sessions, base.messages
         sid = sid_param(sessions)
         # The uncorrelated sub-select is a one-time filter evaluated before the first row,
         # so the session row is upserted (and row-locked) before any id is drawn.
-        upsert = (
-            _upsert_session(sessions, sid, now, UTC_CLOCK).returning(literal_column("1")).cte("s")
-        )
-        # An expired session's old items go in the same statement (the write starts it
-        # afresh); every CTE sees the snapshot the statement started with.
-        drop = (
-            delete(messages)
-            .where(messages.c.session_id == sid, ~live(sessions, sid, UTC_CLOCK))
-            .cte("x")
-        )
+        upsert = _upsert_session(sessions, sid, now).returning(literal_column("1")).cte("s")
         rows = (
             func.unnest(cast(bindparam("data"), postgresql.ARRAY(Text())))
             .table_valued("d", with_ordinality="o")
@@ -383,11 +358,11 @@ class Postgres(Database):
                 .where(select(func.count()).select_from(upsert).scalar_subquery() == 1)
                 .order_by(rows.c.o),
             )
-            .add_cte(upsert, drop)
+            .add_cte(upsert)
         )
         newest = (
             select(messages.c.id)
-            .where(messages.c.session_id == sid, live(sessions, sid, UTC_CLOCK))
+            .where(messages.c.session_id == sid)
             .order_by(messages.c.id.desc())
             .limit(1)
             .with_for_update()

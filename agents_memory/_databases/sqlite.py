@@ -53,7 +53,6 @@ from sqlalchemy import (
     func,
     insert,
     literal,
-    literal_column,
     select,
 )
 from sqlalchemy.dialects import sqlite as sqlite_dialect
@@ -73,11 +72,9 @@ from agents_memory._databases.base import (
     Statements,
     SyncExecutor,
     compile_all,
-    expires_param,
     foreign_listeners,
     observed,
     portable_statements,
-    renewed_expiry,
     wrap_driver_error,
 )
 from agents_memory._tables import VERSION_KEY_SUFFIX, TableNames
@@ -152,24 +149,11 @@ def now() -> str:
 # -- statements ---------------------------------------------------------------------------------
 
 
-UTC_CLOCK: ColumnElement[Any] = literal_column("strftime('%Y-%m-%d %H:%M:%f', 'now')")
-"""SQLite's UTC time as its own text, to the millisecond (sorts beside ``stamp`` text)."""
-
-
-def _upsert_session(
-    sessions: Table,
-    sid: Any,  # noqa: ANN401
-    now_: ColumnElement[Any],
-    clock: ColumnElement[Any],
-) -> Executable:
-    expires = expires_param(sessions, String())
+def _upsert_session(sessions: Table, sid: Any, now_: ColumnElement[Any]) -> Executable:  # noqa: ANN401
     return (
         sqlite_dialect.insert(sessions)
-        .values(session_id=sid, created_at=now_, updated_at=now_, expires_at=expires)
-        .on_conflict_do_update(
-            index_elements=[sessions.c.session_id],
-            set_={"updated_at": now_, "expires_at": renewed_expiry(sessions, clock, expires)},
-        )
+        .values(session_id=sid, created_at=now_, updated_at=now_)
+        .on_conflict_do_update(index_elements=[sessions.c.session_id], set_={"updated_at": now_})
     )
 
 
@@ -240,14 +224,10 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
-def add_body(ex: SyncExecutor, sid: str, data: Sequence[str], expires: object = None) -> None:
-    """Upsert the session, then insert every item: one transaction (the caller's).
-
-    An expired session loses its old items first (the write starts it afresh).
-    """
+def add_body(ex: SyncExecutor, sid: str, data: Sequence[str]) -> None:
+    """Upsert the session, then insert every item: one transaction (the caller's)."""
     when = now()
-    ex.run("drop_expired", {"sid": sid})
-    ex.run("upsert_session", {"sid": sid, "now": when, "expires": expires})
+    ex.run("upsert_session", {"sid": sid, "now": when})
     ex.runmany("insert_message", [{"sid": sid, "data": d, "now": when} for d in data])
 
 
@@ -907,11 +887,9 @@ class ThreadOperations(RowReads):
         except sqlite3.Error as exc:
             raise self._fail(exc, c.sql) from exc
 
-    async def add(self, session_id: str, data: Sequence[str], expires: object = None) -> None:
+    async def add(self, session_id: str, data: Sequence[str]) -> None:
         size = sum(map(len, data))
-        await self._write(
-            "insert_message", lambda ex: add_body(ex, session_id, data, expires), size
-        )
+        await self._write("insert_message", lambda ex: add_body(ex, session_id, data), size)
 
     async def pop(self, session_id: str) -> dict[str, Any] | None:
         return await self._write("pop", lambda ex: pop_body(ex, session_id, self._on_corrupt))
@@ -957,8 +935,8 @@ class CoreOperations(RowReads):
         async with self._lock(), self._engine.connect() as conn:
             return (await conn.execute(statement, params)).all()
 
-    async def add(self, session_id: str, data: Sequence[str], expires: object = None) -> None:
-        await self._write(lambda ex: add_body(ex, session_id, data, expires))
+    async def add(self, session_id: str, data: Sequence[str]) -> None:
+        await self._write(lambda ex: add_body(ex, session_id, data))
 
     async def pop(self, session_id: str) -> dict[str, Any] | None:
         return await self._write(lambda ex: pop_body(ex, session_id, self._on_corrupt))
@@ -1005,9 +983,7 @@ class SQLite(Database):
     @classmethod
     def _build_statements(cls, names: TableNames) -> Statements:
         when = bindparam("now", type_=String())
-        return portable_statements(
-            names, now=when, clock=UTC_CLOCK, upsert_session=_upsert_session, item_time=when
-        )
+        return portable_statements(names, now=when, upsert_session=_upsert_session, item_time=when)
 
     @classmethod
     def operations(cls, engine: AsyncEngine, names: TableNames, on_corrupt: OnCorrupt) -> Any:  # noqa: ANN401

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import warnings
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
@@ -31,7 +30,6 @@ from agents_memory._sqlalchemy._cancel import run_to_completion
 from agents_memory._sqlalchemy._engine import EngineState, engine_state
 from agents_memory._sqlalchemy._faults import connection_errors, retry_delay
 from agents_memory._sqlalchemy._schema import ensure_schema, schema_errors
-from agents_memory._sqlalchemy._timestamps import check_ttl, utcnow
 from agents_memory._tables import TableNames
 from agents_memory._urls import mask_url
 
@@ -78,13 +76,10 @@ class Backend:
         *,
         create_tables: bool = False,
         on_corrupt: OnCorrupt = "skip",
-        ttl: dt.timedelta | None = None,
     ) -> None:
         if on_corrupt not in ("skip", "raise"):
             msg = f"on_corrupt must be 'skip' or 'raise', got {on_corrupt!r}"
             raise ValueError(msg)
-        self.ttl = check_ttl(ttl)
-        """Every ``add`` moves the session's deadline to now + ``ttl`` (``None``: no expiry)."""
         self.engine = engine
         self.names = names
         self.on_corrupt: OnCorrupt = on_corrupt
@@ -225,13 +220,8 @@ class Backend:
 
     async def add(self, session_id: str, data: Sequence[str]) -> None:
         """Append already-encoded items in one transaction."""
-        if not data:
-            return
-        if self.ttl is None:
+        if data:
             await self._run(lambda ops: ops.add(session_id, data))
-            return
-        expires = self.db.stamp(utcnow() + self.ttl)
-        await self._run(lambda ops: ops.add(session_id, data, expires))
 
     async def get(self, session_id: str, limit: int | None) -> list[dict[str, Any]]:
         """All items, or the latest ``limit`` valid ones, oldest first."""

@@ -53,7 +53,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agents_memory._sqlalchemy._backend import Backend, check_sql_int
 from agents_memory._sqlalchemy._faults import retry_delay
 from agents_memory._sqlalchemy._metadata import FilterValue, metadata_filter
-from agents_memory._sqlalchemy._timestamps import utcnow
 
 T = TypeVar("T")
 
@@ -83,6 +82,11 @@ class PruneReport:
 
 Progress = Callable[[int], None]
 """Told how many more items were deleted (or counted, in a dry run) after each step."""
+
+
+def utcnow() -> dt.datetime:
+    """Now, as the store keeps times: naive UTC."""
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 def validate_policy(older_than: dt.timedelta | None, keep_last: int | None, dry_run: bool) -> None:

@@ -18,7 +18,7 @@ from agents_memory._protocol import SessionBase, coerce_settings, resolve_limit
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._metadata import get_metadata_statement, validate_metadata
-from agents_memory._sqlalchemy._timestamps import check_ttl, utcnow
+from agents_memory._sqlalchemy._prune import utcnow
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 from agents_memory._urls import mask_url
 
@@ -46,13 +46,10 @@ class SQLAlchemySession(AsyncClosing, SessionBase):
         session_settings: SessionSettings | dict[str, Any] | None = None,
         ensure_ascii: bool = False,
         on_corrupt: OnCorrupt = "skip",
-        ttl: dt.timedelta | None = None,
     ) -> None:
         names = TableNames(sessions_table, messages_table)
         settings = coerce_settings(session_settings)
-        backend = Backend(
-            engine, names, create_tables=create_tables, on_corrupt=on_corrupt, ttl=ttl
-        )
+        backend = Backend(engine, names, create_tables=create_tables, on_corrupt=on_corrupt)
         self._init(session_id, backend, settings, owns_backend=True, ensure_ascii=ensure_ascii)
 
     def _init(
@@ -194,7 +191,9 @@ class SQLAlchemySession(AsyncClosing, SessionBase):
         by the next ``SessionStore.prune()``. Setting it does not count as a write
         (``updated_at`` is unchanged); call again to move the deadline.
         """
-        check_ttl(ttl)
+        if ttl is not None and (not isinstance(ttl, dt.timedelta) or ttl <= dt.timedelta(0)):
+            msg = f"ttl must be a positive datetime.timedelta or None, got {ttl!r}"
+            raise ValueError(msg)
         backend = self._live()
         db = backend.db
         expires = None if ttl is None else db.stamp(utcnow() + ttl)

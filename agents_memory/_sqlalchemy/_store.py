@@ -24,10 +24,9 @@ from agents_memory._protocol import coerce_settings
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._metadata import FilterValue, metadata_filter
-from agents_memory._sqlalchemy._prune import PruneReport, prune
+from agents_memory._sqlalchemy._prune import PruneReport, prune, utcnow
 from agents_memory._sqlalchemy._session import SQLAlchemySession
 from agents_memory._sqlalchemy._stats import StoreStats, store_stats
-from agents_memory._sqlalchemy._timestamps import naive_utc, utcnow
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 from agents_memory._urls import DEFAULT_URL, mask_url
 
@@ -84,6 +83,14 @@ def _decode_cursor(cursor: str, order: Order | None = None) -> tuple[dt.datetime
     return position
 
 
+def _naive_utc(value: dt.datetime, what: str) -> dt.datetime:
+    """A time as the store keeps times (naive UTC); an aware one is converted."""
+    if not isinstance(value, dt.datetime):
+        msg = f"{what} must be a datetime.datetime, got {value!r}"
+        raise TypeError(msg)
+    return value if value.tzinfo is None else value.astimezone(dt.UTC).replace(tzinfo=None)
+
+
 def backend_of(store: SessionStore) -> Backend:
     """The backend under a store, for the package's own admin operations."""
     return store._backend  # noqa: SLF001 - the class's own module
@@ -102,17 +109,9 @@ class SessionStore(AsyncClosing):
         session_settings: SessionSettings | dict[str, Any] | None = None,
         on_corrupt: OnCorrupt = "skip",
         ensure_ascii: bool = False,
-        ttl: dt.timedelta | None = None,
     ) -> None:
-        """Open a store on ``engine`` (see the class and README for the options).
-
-        ``ttl``: every session written through this store expires that long after its
-        latest ``add_items`` (each write moves the deadline); ``None``: no expiry.
-        """
         names = TableNames(sessions_table, messages_table)
-        self._backend = Backend(
-            engine, names, create_tables=create_tables, on_corrupt=on_corrupt, ttl=ttl
-        )
+        self._backend = Backend(engine, names, create_tables=create_tables, on_corrupt=on_corrupt)
         self.session_settings: SessionSettings | None = coerce_settings(session_settings)
         self.ensure_ascii = ensure_ascii
 
@@ -218,7 +217,7 @@ class SessionStore(AsyncClosing):
             sessions = self._backend.st.sessions
             query = query.where(metadata_filter(self._backend.db, sessions, metadata))
         if updated_before is not None:
-            before = db.stamp(naive_utc(updated_before, what="updated_before"))
+            before = db.stamp(_naive_utc(updated_before, "updated_before"))
             query = query.where(
                 s.updated_at < bindparam("updated_before", before, type_=stamp_type)
             )
