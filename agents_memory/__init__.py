@@ -17,6 +17,7 @@ from agents_memory import _protocol
 if TYPE_CHECKING:
     from agents_memory import migrations
     from agents_memory._sqlalchemy._advanced import AdvancedSQLAlchemySession, AdvancedSQLiteSession
+    from agents_memory._sqlalchemy._prune import PruneReport
 
     __version__: str
     from agents_memory._errors import (
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from agents_memory.models import get_models
 
 _HOMES: dict[str, str] = {
+    "PruneReport": "_sqlalchemy._prune",
     "AdvancedSQLiteSession": "_sqlalchemy._advanced",
     "AdvancedSQLAlchemySession": "_sqlalchemy._advanced",
     "TurnNotFoundError": "_errors",
@@ -122,6 +124,7 @@ __all__ = [
     "DatabaseBusyError",
     "DatabaseConnectionError",
     "OpenAIConversationsSession",
+    "PruneReport",
     "SQLAlchemySession",
     "SQLiteSession",
     "SchemaNotReadyError",

@@ -164,6 +164,7 @@ _ROLES = {
     "version_table_pk": "version table's primary key",
     "sessions_pk": "sessions table's primary key",
     "sessions_updated_at_index": "sessions index on updated_at",
+    "sessions_expires_at_index": "sessions index on expires_at",
     "messages_pk": "messages table's primary key",
     "messages_index": "messages index on (session_id, id)",
     "messages_fk": "messages table's foreign key",
@@ -246,6 +247,8 @@ def _derived_names(sessions: str, messages: str, database: str) -> dict[str, str
         "sessions_pk": NAMING_CONVENTION["pk"] % {"table_name": s},
         "sessions_updated_at_index": NAMING_CONVENTION["ix"]
         % {"table_name": s, "column_0_name": "updated_at"},
+        "sessions_expires_at_index": NAMING_CONVENTION["ix"]
+        % {"table_name": s, "column_0_name": "expires_at"},
         "messages_pk": NAMING_CONVENTION["pk"] % {"table_name": m},
         "messages_index": NAMING_CONVENTION["ix"]
         % {"table_name": m, "column_0_name": "session_id"},

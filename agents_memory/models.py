@@ -126,7 +126,7 @@ def _build(names_: TableNames) -> Models:
         """One conversation; its row exists while the conversation has been written to."""
 
         __tablename__ = names_.sessions
-        __table_args__ = (Index(None, "updated_at"), MYSQL_TABLE_OPTIONS)
+        __table_args__ = (Index(None, "updated_at"), Index(None, "expires_at"), MYSQL_TABLE_OPTIONS)
 
         session_id: Mapped[str] = mapped_column(String(SESSION_ID_MAX_LENGTH), primary_key=True)
         created_at: Mapped[dt.datetime] = mapped_column(
@@ -139,6 +139,8 @@ def _build(names_: TableNames) -> Models:
             "metadata", METADATA_TYPE, nullable=True
         )
         """Free-form JSON tags (column ``metadata``; the attribute name is SQLAlchemy's own)."""
+        expires_at: Mapped[dt.datetime | None] = mapped_column(TIMESTAMP_TYPE, nullable=True)
+        """When the session expires (naive UTC); ``NULL``: never. Expired reads as empty."""
         messages: Mapped[list[Message]] = relationship(  # type: ignore[valid-type]
             back_populates="session",
             order_by=lambda: Message.id,

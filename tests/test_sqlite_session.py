@@ -207,6 +207,7 @@ async def test_schema_is_the_sqlalchemy_schema(tmp_path: Path, names: TableNames
         *names.tables,
         names.messages_index,
         f"idx_{names.sessions}_updated_at",
+        f"idx_{names.sessions}_expires_at",
         names.version_table,
         derived["structure_session_index"],
         derived["structure_branch_index"],

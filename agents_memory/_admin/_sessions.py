@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as dt
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING
 
 from agents_memory._admin._errors import NotFoundError
 from agents_memory._admin._target import Target, open_store
+from agents_memory._admin._types import NoProgress, Progress
 from agents_memory._sqlalchemy._metadata import FilterValue
+from agents_memory._sqlalchemy._prune import PruneReport
+from agents_memory._sqlalchemy._prune import prune as run_prune
 from agents_memory._sqlalchemy._stats import StoreStats
-from agents_memory._sqlalchemy._store import SessionInfo, SessionPage, SessionStore
+from agents_memory._sqlalchemy._store import (
+    Order,
+    SessionInfo,
+    SessionPage,
+    SessionStore,
+    backend_of,
+)
 
 if TYPE_CHECKING:
     from agents_memory._protocol import TResponseInputItem
@@ -23,10 +33,41 @@ async def list_sessions(
     limit: int = 20,
     cursor: str | None = None,
     metadata: Mapping[str, FilterValue] | None = None,
+    updated_before: dt.datetime | None = None,
+    order: Order = "newest",
 ) -> SessionPage:
-    """One page of sessions, newest-updated first (pass ``next_cursor`` for the next)."""
+    """One page of sessions by last update (pass ``next_cursor`` for the next)."""
     async with open_store(target) as store:
-        return await store.list_sessions(limit=limit, cursor=cursor, metadata=metadata or None)
+        return await store.list_sessions(
+            limit=limit,
+            cursor=cursor,
+            metadata=metadata or None,
+            updated_before=updated_before,
+            order=order,
+        )
+
+
+async def prune(
+    target: Target,
+    *,
+    older_than: dt.timedelta | None = None,
+    keep_last: int | None = None,
+    metadata: Mapping[str, FilterValue] | None = None,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> PruneReport:
+    """Apply a retention policy (``SessionStore.prune``), reporting items as they go."""
+    async with open_store(target) as store:
+        done = progress or NoProgress()
+        done.start(None)
+        return await run_prune(
+            backend_of(store),
+            older_than=older_than,
+            keep_last=keep_last,
+            metadata=metadata or None,
+            dry_run=dry_run,
+            progress=done.advance,
+        )
 
 
 async def _info(store: SessionStore, target: Target, session_id: str) -> SessionInfo:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
+import re
 import sys
 from typing import TYPE_CHECKING, Annotated
 
@@ -20,7 +22,16 @@ from agents_memory._cli._options import (
     target,
     wants_json,
 )
-from agents_memory._cli._output import json_text, out, plural, print_json, when
+from agents_memory._cli._output import (
+    err,
+    json_text,
+    out,
+    plural,
+    print_json,
+    progress,
+    show_progress,
+    when,
+)
 from agents_memory._cli._render import MAX_TEXT, describe, shown_id
 from agents_memory._cli._run import run
 from agents_memory._ids import MAX_PAGE_SIZE
@@ -41,7 +52,8 @@ app = typer.Typer(
         "Examples:\n\n"
         "  agents-memory sessions list --limit 10\n\n"
         "  agents-memory sessions show user-42 --limit 20\n\n"
-        "  agents-memory sessions stats --json"
+        "  agents-memory sessions stats --json\n\n"
+        "  agents-memory sessions prune --older-than 30d --keep-last 200 --dry-run"
     ),
 )
 
@@ -71,6 +83,54 @@ def _parse_filter(values: list[str]) -> dict[str, FilterValue]:
     return wanted
 
 
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+_DURATION = re.compile(r"(\d+)([smhdw])")
+
+
+def _parse_duration(value: str | None) -> dt.timedelta | None:
+    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` (or a sum: ``1d12h``) as a timedelta."""
+    if value is None:
+        return None
+    text = value.strip().lower()
+    parts = _DURATION.findall(text)
+    if not text or "".join(n + u for n, u in parts) != text:
+        msg = f"{value!r}: give a number and a unit, e.g. 30d, 12h, 90m, 45s or 2w"
+        raise typer.BadParameter(msg)
+    duration = dt.timedelta(0)
+    for number, unit in parts:
+        duration += dt.timedelta(**{_UNITS[unit]: int(number)})
+    if duration <= dt.timedelta(0):
+        msg = f"{value!r}: the duration must be longer than zero"
+        raise typer.BadParameter(msg)
+    return duration
+
+
+def _check_duration(value: str | None) -> str | None:
+    _parse_duration(value)
+    return value
+
+
+OlderThanOption = Annotated[
+    str | None,
+    typer.Option(
+        "--older-than",
+        metavar="AGE",
+        help="Sessions not written to for this long: 30d, 12h, 90m, 45s, 2w.",
+        callback=_check_duration,
+        show_default=False,
+    ),
+]
+MetadataOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--metadata",
+        "-m",
+        metavar="KEY=VALUE",
+        help="Only sessions whose metadata has key=value (text) or key:=json; repeatable.",
+    ),
+]
+
+
 def _check_cursor(cursor: str | None) -> str | None:
     if cursor is not None:
         try:
@@ -98,24 +158,30 @@ def list_(
         str | None,
         typer.Option(help="Continue after a previous page (its cursor).", callback=_check_cursor),
     ] = None,
-    metadata: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--metadata",
-            "-m",
-            metavar="KEY=VALUE",
-            help="Only sessions whose metadata has key=value (text) or key:=json; repeatable.",
-        ),
-    ] = None,
+    metadata: MetadataOption = None,
+    older_than: OlderThanOption = None,
+    oldest: Annotated[bool, typer.Option("--oldest", help="Least recently updated first.")] = False,
     url: UrlOption = None,
     sessions_table: SessionsTableOption = None,
     messages_table: MessagesTableOption = None,
     json_: JsonOption = False,
 ) -> None:
-    """List sessions, most recently updated first, with item counts and times."""
+    """List sessions, most recently updated first (or --oldest), with item counts and times."""
     where = target(ctx, url, sessions_table, messages_table)
     wanted = _parse_filter(metadata or [])
-    page = run(ctx, ops.list_sessions(where, limit=limit, cursor=cursor, metadata=wanted))
+    age = _parse_duration(older_than)
+    before = None if age is None else dt.datetime.now(dt.UTC).replace(tzinfo=None) - age
+    page = run(
+        ctx,
+        ops.list_sessions(
+            where,
+            limit=limit,
+            cursor=cursor,
+            metadata=wanted,
+            updated_before=before,
+            order="oldest" if oldest else "newest",
+        ),
+    )
     if wants_json(ctx, json_):
         print_json(
             {
@@ -271,3 +337,78 @@ def stats(
         width = max(len(shown_id(s)) for s, _ in totals.largest)
         for (sid, n), size in zip(totals.largest, totals.largest_bytes, strict=True):
             typer.echo(f"  {shown_id(sid):<{width}}  {plural(n, 'item')}, {plural(size, 'byte')}")
+
+
+@app.command(
+    epilog=(
+        "Examples:\n\n"
+        "  agents-memory sessions prune --older-than 30d --dry-run\n\n"
+        "  agents-memory sessions prune --older-than 90d --keep-last 500 --yes\n\n"
+        "  agents-memory sessions prune --keep-last 100 -m plan=free --yes --json"
+    )
+)
+def prune(
+    ctx: typer.Context,
+    older_than: OlderThanOption = None,
+    keep_last: Annotated[
+        int | None,
+        typer.Option(
+            "--keep-last",
+            min=0,
+            metavar="N",
+            help="Trim every other session to its newest N items.",
+        ),
+    ] = None,
+    metadata: MetadataOption = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Count what would be deleted; delete nothing.")
+    ] = False,
+    yes: YesOption = False,
+    url: UrlOption = None,
+    sessions_table: SessionsTableOption = None,
+    messages_table: MessagesTableOption = None,
+    json_: JsonOption = False,
+) -> None:
+    """Delete stale and expired sessions and trim long ones (asks first, unless --yes).
+
+    Runs in short batches beside live traffic; safe to stop (Ctrl-C, a kill) and run again.
+    """
+    where = target(ctx, url, sessions_table, messages_table)
+    wanted = _parse_filter(metadata or [])
+    age = _parse_duration(older_than)
+    as_json = wants_json(ctx, json_)
+    if not (yes or dry_run):
+        what = []
+        if age is not None:
+            what.append(f"delete sessions not updated for {older_than}")
+        if keep_last is not None:
+            what.append(f"trim the others to their newest {plural(keep_last, 'item')}")
+        what.append("delete expired sessions")
+        scope = " matching the filter" if wanted else ""
+        typer.confirm(f"In {where}{scope}: {', '.join(what)}?", abort=True)
+    label = "counting" if dry_run else "pruning"
+    with progress(label, enabled=show_progress(json_output=as_json)) as bar:
+        report = run(
+            ctx,
+            ops.prune(
+                where,
+                older_than=age,
+                keep_last=keep_last,
+                metadata=wanted or None,
+                dry_run=dry_run,
+                progress=bar,
+            ),
+        )
+    if as_json:
+        print_json(dataclasses.asdict(report))
+        return
+    verb = "would delete" if dry_run else "deleted"
+    freed = "" if report.bytes_freed is None else f" ({plural(report.bytes_freed, 'byte')})"
+    typer.echo(
+        f"{verb} {plural(report.sessions_deleted, 'session')} and "
+        f"{plural(report.items_deleted, 'item')}{freed}; "
+        f"{'would trim' if dry_run else 'trimmed'} {plural(report.sessions_trimmed, 'session')} "
+        f"in {where}"
+    )
+    if dry_run:
+        err().print("dry run: nothing was deleted", markup=False)

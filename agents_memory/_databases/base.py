@@ -598,6 +598,16 @@ class Database:
         raise NotImplementedError
 
     @classmethod
+    def upsert_expiry(cls, sessions: Table) -> Executable:
+        """Create the session row with an expiry, or set its expiry (``sid``, ``expires``).
+
+        ``expires`` is a :meth:`stamp` value or ``None`` (never). Setting it is not a
+        write to the conversation: an existing row's ``updated_at`` is left alone.
+        Takes :meth:`metadata_params` too (SQLite's clock, for a new row).
+        """
+        raise NotImplementedError
+
+    @classmethod
     def metadata_filter(
         cls, sessions: Table, wanted: Mapping[str, MetadataFilterValue]
     ) -> ColumnElement[bool]:

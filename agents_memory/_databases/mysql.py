@@ -428,6 +428,16 @@ class MySQL(Database):
         )
 
     @classmethod
+    def upsert_expiry(cls, sessions: Table) -> Executable:
+        sid = bindparam("sid", type_=sessions.c.session_id.type)
+        expires = bindparam("expires", type_=sessions.c.expires_at.type)
+        return (
+            mysql.insert(sessions)
+            .values(session_id=sid, expires_at=expires)
+            .on_duplicate_key_update(expires_at=expires)
+        )
+
+    @classmethod
     def metadata_filter(
         cls, sessions: Table, wanted: Mapping[str, MetadataFilterValue]
     ) -> ColumnElement[bool]:

@@ -480,6 +480,18 @@ class Postgres(Database):
         )
 
     @classmethod
+    def upsert_expiry(cls, sessions: Table) -> Executable:
+        sid = bindparam("sid", type_=sessions.c.session_id.type)
+        expires = bindparam("expires", type_=sessions.c.expires_at.type)
+        return (
+            postgresql.insert(sessions)
+            .values(session_id=sid, expires_at=expires)
+            .on_conflict_do_update(
+                index_elements=[sessions.c.session_id], set_={"expires_at": expires}
+            )
+        )
+
+    @classmethod
     def metadata_filter(
         cls, sessions: Table, wanted: Mapping[str, MetadataFilterValue]
     ) -> ColumnElement[bool]:

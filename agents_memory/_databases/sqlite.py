@@ -1074,6 +1074,19 @@ class SQLite(Database):
         )
 
     @classmethod
+    def upsert_expiry(cls, sessions: Table) -> Executable:
+        sid = bindparam("sid", type_=sessions.c.session_id.type)
+        expires = bindparam("expires", type_=String())
+        when = bindparam("now", type_=String())
+        return (
+            sqlite_dialect.insert(sessions)
+            .values(session_id=sid, expires_at=expires, created_at=when, updated_at=when)
+            .on_conflict_do_update(
+                index_elements=[sessions.c.session_id], set_={"expires_at": expires}
+            )
+        )
+
+    @classmethod
     def metadata_params(cls) -> dict[str, Any]:
         """The client clock for :meth:`upsert_metadata`."""
         return {"now": now()}

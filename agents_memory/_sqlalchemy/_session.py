@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Self
 
+from sqlalchemy import bindparam, select
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -21,6 +23,7 @@ from agents_memory._protocol import (
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._metadata import get_metadata_statement, validate_metadata
+from agents_memory._sqlalchemy._prune import utcnow
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 from agents_memory._urls import mask_url
 
@@ -214,6 +217,36 @@ class SQLAlchemySession(AsyncClosing, SessionBase):
         params = {"sid": self.session_id, "meta": value, **backend.db.metadata_params()}
         async with backend.transaction() as conn:
             await conn.execute(statement, params)
+
+    async def set_ttl(self, ttl: dt.timedelta | None) -> None:
+        """Make this session expire ``ttl`` from now (``None``: never), creating it if needed.
+
+        The expiry is a deadline, stored on the session row (``expires_at``): an
+        expired session is left out of ``SessionStore.list_sessions`` and deleted
+        by the next ``SessionStore.prune()``. Setting it does not count as a write
+        (``updated_at`` is unchanged); call again to move the deadline.
+        """
+        if ttl is not None and (not isinstance(ttl, dt.timedelta) or ttl <= dt.timedelta(0)):
+            msg = f"ttl must be a positive datetime.timedelta or None, got {ttl!r}"
+            raise ValueError(msg)
+        backend = self._live()
+        db = backend.db
+        expires = None if ttl is None else db.stamp(utcnow() + ttl)
+        statement = db.upsert_expiry(backend.st.sessions)
+        params = {"sid": self.session_id, "expires": expires, **db.metadata_params()}
+        async with backend.transaction() as conn:
+            await conn.execute(statement, params)
+
+    async def expires_at(self) -> dt.datetime | None:
+        """When this session expires (naive UTC), or ``None``: never, or no such session."""
+        backend = self._live()
+        s = backend.st.sessions
+        statement = select(s.c.expires_at).where(
+            s.c.session_id == bindparam("sid", type_=s.c.session_id.type)
+        )
+        async with backend.reading() as conn:
+            value = (await conn.execute(statement, {"sid": self.session_id})).scalar()
+        return value if isinstance(value, dt.datetime) else None
 
     async def close(self) -> None:
         """Close this session; dispose the engine too if the session created it (``from_url``).

@@ -11,9 +11,9 @@ import dataclasses
 import datetime as dt
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
-from sqlalchemy import Select, bindparam, func, select, tuple_
+from sqlalchemy import Select, bindparam, func, or_, select, tuple_
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -25,6 +25,7 @@ from agents_memory._sqlalchemy._advanced import AdvancedSQLAlchemySession
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._metadata import FilterValue, metadata_filter
+from agents_memory._sqlalchemy._prune import PruneReport, prune, utcnow
 from agents_memory._sqlalchemy._session import SQLAlchemySession
 from agents_memory._sqlalchemy._stats import StoreStats, store_stats
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
@@ -54,18 +55,44 @@ class SessionPage:
     next_cursor: str | None
 
 
-def _encode_cursor(info: SessionInfo) -> str:
-    raw = json.dumps([info.updated_at.isoformat(), info.session_id]).encode()
+Order = Literal["newest", "oldest"]
+"""Listing order by last update: ``newest`` first (the default) or ``oldest`` first."""
+
+
+def _encode_cursor(info: SessionInfo, order: Order = "newest") -> str:
+    position: list[str] = [info.updated_at.isoformat(), info.session_id]
+    if order != "newest":  # (a newest-first cursor keeps the shape it always had)
+        position.append(order)
+    raw = json.dumps(position).encode()
     return base64.urlsafe_b64encode(raw).decode("ascii")
 
 
-def _decode_cursor(cursor: str) -> tuple[dt.datetime, str]:
+def _decode_cursor(cursor: str, order: Order | None = None) -> tuple[dt.datetime, str]:
+    """The position a cursor holds; ``order`` given, it must be the order it was made for."""
     try:
-        stamp, session_id = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
-        return dt.datetime.fromisoformat(stamp), str(session_id)
+        stamp, session_id, *rest = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
+        made_for = str(rest[0]) if rest else "newest"
+        position = dt.datetime.fromisoformat(stamp), str(session_id)
     except (ValueError, TypeError, UnicodeError) as exc:
         msg = "invalid cursor: pass the next_cursor of a previous page unchanged"
         raise ValueError(msg) from exc
+    if order is not None and made_for != order:
+        msg = f"this cursor continues an order={made_for!r} listing; pass order={made_for!r}"
+        raise ValueError(msg)
+    return position
+
+
+def _naive_utc(value: dt.datetime, what: str) -> dt.datetime:
+    """A time as the store keeps times (naive UTC); an aware one is converted."""
+    if not isinstance(value, dt.datetime):
+        msg = f"{what} must be a datetime.datetime, got {value!r}"
+        raise TypeError(msg)
+    return value if value.tzinfo is None else value.astimezone(dt.UTC).replace(tzinfo=None)
+
+
+def backend_of(store: SessionStore) -> Backend:
+    """The backend under a store, for the package's own admin operations."""
+    return store._backend  # noqa: SLF001 - the class's own module
 
 
 class SessionStore(AsyncClosing):
@@ -156,13 +183,18 @@ class SessionStore(AsyncClosing):
         )
 
     def _listing(self) -> Select[Any]:
-        """Sessions with their item counts (a correlated count per row, using the index)."""
+        """Live sessions with their item counts (a correlated count per row, using the index).
+
+        An expired session (``expires_at`` passed) is left out before any prune removes it.
+        """
         st = self._backend.st
         s, m = st.sessions.c, st.messages.c
+        db = self._backend.db
+        now = bindparam("now", db.stamp(utcnow()), type_=db.stamp_type(s.expires_at.type))
         count = select(func.count()).where(m.session_id == s.session_id).scalar_subquery()
         return select(
             s.session_id, s.created_at, s.updated_at, count.label("item_count"), s["metadata"]
-        )
+        ).where(or_(s.expires_at.is_(None), s.expires_at > now))
 
     @staticmethod
     def _info(row: Any) -> SessionInfo:  # noqa: ANN401
@@ -175,31 +207,48 @@ class SessionStore(AsyncClosing):
         limit: int = 50,
         cursor: str | None = None,
         metadata: Mapping[str, FilterValue] | None = None,
+        updated_before: dt.datetime | None = None,
+        order: Order = "newest",
     ) -> SessionPage:
-        """Sessions newest-updated first, ``limit`` per page, paginated by keyset.
+        """Sessions by last update (``order``: ``newest`` or ``oldest`` first), paginated by keyset.
 
         Keyset pagination (not OFFSET) keeps every page equally fast and never
         repeats a session while you page. ``metadata={"user": "u1"}`` keeps only
-        sessions whose metadata has each of those keys with exactly that value.
+        sessions whose metadata has each of those keys with exactly that value;
+        ``updated_before`` only sessions last written to before that time (naive
+        means UTC), which with ``order="oldest"`` shows what
+        ``prune(older_than=...)`` would delete first. Expired sessions are not listed.
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE_SIZE:
             msg = f"limit must be an int from 1 to {MAX_PAGE_SIZE}, got {limit!r}"
             raise ValueError(msg)
+        if order not in ("newest", "oldest"):
+            msg = f"order must be 'newest' or 'oldest', got {order!r}"
+            raise ValueError(msg)
         s = self._backend.st.sessions.c
-        query = self._listing().order_by(s.updated_at.desc(), s.session_id.desc()).limit(limit + 1)
+        db = self._backend.db  # times as the column holds them (SQLite: its own text)
+        stamp_type = db.stamp_type(s.updated_at.type)
+        keys = (s.updated_at, s.session_id)
+        by = [k.desc() for k in keys] if order == "newest" else list(keys)
+        query = self._listing().order_by(*by).limit(limit + 1)
         if metadata is not None:
             sessions = self._backend.st.sessions
             query = query.where(metadata_filter(self._backend.db, sessions, metadata))
-        if cursor is not None:
-            stamp, after_id = _decode_cursor(cursor)
-            db = self._backend.db  # the time as the column holds it (SQLite: its own text)
-            stamp_param = bindparam(
-                "after_stamp", db.stamp(stamp), type_=db.stamp_type(s.updated_at.type)
+        if updated_before is not None:
+            before = db.stamp(_naive_utc(updated_before, "updated_before"))
+            query = query.where(
+                s.updated_at < bindparam("updated_before", before, type_=stamp_type)
             )
-            query = query.where(tuple_(s.updated_at, s.session_id) < tuple_(stamp_param, after_id))
+        if cursor is not None:
+            stamp, after_id = _decode_cursor(cursor, order)
+            stamp_param = bindparam("after_stamp", db.stamp(stamp), type_=stamp_type)
+            position = tuple_(stamp_param, after_id)
+            query = query.where(
+                tuple_(*keys) < position if order == "newest" else tuple_(*keys) > position
+            )
         rows = await self._backend.fetch(query)
         infos = [self._info(r) for r in rows[:limit]]
-        next_cursor = _encode_cursor(infos[-1]) if len(rows) > limit else None
+        next_cursor = _encode_cursor(infos[-1], order) if len(rows) > limit else None
         return SessionPage(infos, next_cursor)
 
     async def get_session(self, session_id: str) -> SessionInfo | None:
@@ -251,6 +300,37 @@ class SessionStore(AsyncClosing):
     async def delete_session(self, session_id: str) -> bool:
         """Delete a session and all its items; ``True`` if it existed."""
         return await self._backend.clear(validate_session_id(session_id))
+
+    async def prune(
+        self,
+        *,
+        older_than: dt.timedelta | None = None,
+        keep_last: int | None = None,
+        metadata: Mapping[str, FilterValue] | None = None,
+        dry_run: bool = False,
+    ) -> PruneReport:
+        """Apply a retention policy: delete old and expired sessions, trim long ones.
+
+        ``older_than`` deletes every session not written to for that long;
+        ``keep_last=N`` trims every other session to its newest ``N`` items;
+        ``metadata`` limits both to sessions with those tags. Expired sessions
+        (see ``ttl``) are always deleted. ``dry_run=True`` deletes nothing and
+        reports what a real run would delete now.
+
+        Safe on a live database: many short transactions (a bounded batch each,
+        walking sessions by keyset, so memory stays bounded), each re-checking its
+        condition, so a session written to meanwhile is kept and a trim never
+        deletes an item added after it started. Killed at any moment, it leaves
+        each session untouched, deleted whole, or a contiguous newest suffix. Two
+        prunes at once reach the same end state.
+        """
+        return await prune(
+            self._backend,
+            older_than=older_than,
+            keep_last=keep_last,
+            metadata=metadata,
+            dry_run=dry_run,
+        )
 
     async def stats(self, *, largest: int = 5) -> StoreStats:
         """Totals for the store: sessions, items, time span and the ``largest`` biggest sessions."""

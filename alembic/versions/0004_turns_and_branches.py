@@ -11,7 +11,7 @@ their foreign keys point at this set's tables, their rows are copied into ours
 (branches, turn numbers and usage kept). The SDK's tables are left in place.
 
 Revision ID: 0004
-Revises: 0002
+Revises: 0003
 Create Date: 2026-11-30
 """
 
@@ -25,7 +25,7 @@ from sqlalchemy.dialects import mysql
 from alembic import op
 
 revision = "0004"
-down_revision = "0002"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 

@@ -27,6 +27,7 @@ COMMANDS = [
     ["sessions", "show"],
     ["sessions", "delete"],
     ["sessions", "stats"],
+    ["sessions", "prune"],
     ["export"],
     ["import"],
     ["copy"],

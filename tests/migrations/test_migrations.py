@@ -129,9 +129,8 @@ async def test_out_of_date_schema_names_the_command(engine: AsyncEngine, names: 
     """A schema behind head raises SchemaNotReadyError naming its revision and the fix."""
     await migrations.upgrade(engine, revision="0001", **kw(names))
     store = SessionStore(engine, **kw(names))
-    with pytest.raises(
-        SchemaNotReadyError, match=rf"revision 0001, not {migrations.head()}.*db upgrade"
-    ):
+    expected = rf"revision 0001, not {migrations.head()}.*db upgrade"
+    with pytest.raises(SchemaNotReadyError, match=expected):
         await store.session("a").add_items([{"x": 1}])
     await migrations.upgrade(engine, **kw(names))
     await SessionStore(engine, **kw(names)).session("a").add_items([{"x": 1}])
