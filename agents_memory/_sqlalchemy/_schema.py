@@ -8,12 +8,11 @@ import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
-from sqlalchemy import inspect
+from sqlalchemy import Column, MetaData, String, Table, inspect, select
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agents_memory import migrations
 from agents_memory._codec import logger
 from agents_memory._databases import database_for
 from agents_memory._errors import SchemaNotReadyError
@@ -27,6 +26,7 @@ from agents_memory._migrations._preflight import (
 )
 from agents_memory._tables import TableNames
 from agents_memory._urls import mask_url, sqlite_file
+from agents_memory.models import REVISION
 
 
 def upgrade_command(url: str | URL, names: TableNames) -> str:
@@ -84,7 +84,7 @@ def _not_ready(
         )
     if at is None:
         state = f"the agents_memory schema ({where}) has not been created or migrated"
-    elif at not in {r.revision for r in migrations.history()}:
+    elif at not in _known_revisions():
         return (
             f"the agents_memory schema ({where}) is at revision {at}, which this version of "
             f"agents_memory ({head} is its newest) does not know; upgrade the package"
@@ -111,13 +111,17 @@ async def ensure_schema(engine: AsyncEngine, names: TableNames, *, create: bool)
     async with lock.hold():
         if names in _ready.get(sync_engine, ()):
             return
-        head = migrations.head()
-        kwargs = {"sessions_table": names.sessions, "messages_table": names.messages}
+        head = REVISION
         if create:
-            await migrations.upgrade(engine, **kwargs)
+            from agents_memory import migrations  # noqa: PLC0415 - Alembic only to migrate
+
+            await migrations.upgrade(
+                engine, sessions_table=names.sessions, messages_table=names.messages
+            )
         else:
             _require_file(engine, names)
-            at = await migrations.current(engine, **kwargs)
+            async with engine.connect() as conn:
+                at = await conn.run_sync(lambda c: current_revision(c, names))
             others = await _inspect_unversioned(engine, names) if at is None else []
             if at is None and others is None:
                 # Written by the seed's SQLiteSession or the Agents SDK: read it as it is.
@@ -132,6 +136,33 @@ async def ensure_schema(engine: AsyncEngine, names: TableNames, *, create: bool)
             elif at != head:
                 raise SchemaNotReadyError(_not_ready(engine, names, at, head, others))
         _ready.setdefault(sync_engine, set()).add(names)
+
+
+def current_revision(connection: Connection, names: TableNames) -> str | None:
+    """The revision recorded in the set's version table; ``None``: never migrated.
+
+    What Alembic's ``MigrationContext.get_current_revision()`` reads, read here
+    with Core so that opening a store (and every CLI command that only reads)
+    loads no Alembic: it is needed only to migrate.
+    """
+    if not inspect(connection).has_table(names.version_table):
+        return None
+    version = Table(names.version_table, MetaData(), Column("version_num", String(32)))
+    rows = connection.execute(select(version.c.version_num)).scalars().all()
+    if len(rows) > 1:  # our lineages never branch: say so rather than pick one
+        msg = (
+            f"the version table {names.version_table} holds several revisions "
+            f"({', '.join(rows)}), but agents_memory's migrations form one line: keep only "
+            "the row of the newest revision applied to these tables"
+        )
+        raise SchemaNotReadyError(msg)
+    return rows[0] if rows else None
+
+
+def _known_revisions() -> set[str]:
+    from agents_memory import migrations  # noqa: PLC0415 - only on this error's path
+
+    return {r.revision for r in migrations.history()}
 
 
 def _require_file(engine: AsyncEngine, names: TableNames) -> None:

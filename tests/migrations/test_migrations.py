@@ -180,3 +180,19 @@ def test_history_is_a_chain() -> None:
     assert revs[-1].revision == migrations.head()
     assert all(r.message for r in revs)
     assert len(revs) >= 2
+
+
+async def test_a_version_table_with_two_rows_is_refused_with_the_fix(
+    engine: AsyncEngine, names: TableNames
+) -> None:
+    """Two revisions in one lineage's version table: a clear error, not a guess (no Alembic)."""
+    from sqlalchemy import Column, MetaData, String, Table  # noqa: PLC0415
+
+    await migrations.upgrade(engine, **kw(names))
+    version = Table(names.version_table, MetaData(), Column("version_num", String(32)))
+    async with engine.begin() as conn:
+        await conn.execute(version.insert().values(version_num="0001"))
+    with pytest.raises(SchemaNotReadyError, match="holds several revisions") as info:
+        await SessionStore(engine, **kw(names)).session("a").get_items()
+    assert "0001" in str(info.value)
+    assert migrations.head() in str(info.value)
