@@ -29,6 +29,10 @@ CASES = {
         "        await s.get_items()\n"
         "asyncio.run(main())"
     ),
+    "sessions list (that file)": (
+        "import sys\nsys.argv = ['agents-memory', '--url', 'sqlite:///{db}', 'sessions', 'list']\n"
+        "from agents_memory._cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass"
+    ),
     "agents-memory --help": (
         "import sys\nsys.argv = ['agents-memory', '--help']\n"
         "from agents_memory._cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass"
