@@ -22,7 +22,7 @@ import asyncio
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,6 +157,17 @@ async def drop_tables(engine: AsyncEngine, names: TableNames) -> None:
     async with engine.begin() as conn:
         for table in (*reversed(names.tables), names.version_table):
             await conn.execute(DropTable(Table(table, MetaData()), if_exists=True))
+
+
+@pytest.fixture
+def drop_set() -> Callable[[AsyncEngine, TableNames], Awaitable[None]]:
+    """:func:`drop_tables`, for a test that makes table names of its own.
+
+    A fixture, not an import: ``from conftest import …`` finds whichever
+    ``conftest`` module was imported first (``tests/cli`` and ``tests/reliability``
+    have their own).
+    """
+    return drop_tables
 
 
 @pytest.fixture

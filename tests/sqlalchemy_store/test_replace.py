@@ -107,7 +107,7 @@ async def test_bad_input_changes_nothing(
     assert await s.get_items() == OLD[:7]
 
 
-async def test_odd_table_names(backend: Any, engine: Any) -> None:
+async def test_odd_table_names(backend: Any, engine: Any, drop_set: Any) -> None:
     """Reserved words and mixed case in the table names: the statements quote them."""
     tag = uuid.uuid4().hex[:6]
     names = TableNames(f"Select_{tag}", f"Order_{tag}")
@@ -123,9 +123,7 @@ async def test_odd_table_names(backend: Any, engine: Any) -> None:
         assert await forked.get_items() == NEW[:2]
     finally:
         if backend.kind != "sqlite":
-            from conftest import drop_tables  # noqa: PLC0415
-
-            await drop_tables(engine, names)
+            await drop_set(engine, names)
         await store.close()
 
 
