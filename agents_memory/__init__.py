@@ -13,17 +13,21 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from agents_memory import _protocol, migrations
+from agents_memory._crypto import Keyring
 from agents_memory._errors import (
     AgentsMemoryError,
     CorruptItemError,
     DatabaseBusyError,
     DatabaseConnectionError,
+    DecryptionError,
+    MissingKeyError,
     SchemaNotReadyError,
     SessionClosedError,
     SessionNotStartedError,
     UnsupportedDatabaseError,
 )
 from agents_memory._sqlalchemy._engine import create_engine
+from agents_memory._sqlalchemy._rotate import KeyRotationReport
 from agents_memory._sqlalchemy._session import SQLAlchemySession
 from agents_memory._sqlalchemy._stats import StoreStats
 from agents_memory._sqlalchemy._store import SessionInfo, SessionPage, SessionStore
@@ -71,6 +75,10 @@ __all__ = [
     "CorruptItemError",
     "DatabaseBusyError",
     "DatabaseConnectionError",
+    "DecryptionError",
+    "KeyRotationReport",
+    "Keyring",
+    "MissingKeyError",
     "OpenAIConversationsSession",
     "SQLAlchemySession",
     "SQLiteSession",

@@ -48,3 +48,19 @@ class DatabaseBusyError(AgentsMemoryError, TimeoutError):
     timeout (seen when several processes write one file flat out). Postgres and
     MySQL/MariaDB: chosen as a deadlock victim on every automatic retry.
     """
+
+
+class DecryptionError(AgentsMemoryError, ValueError):
+    """A stored item could not be decrypted: a wrong key, or an item altered after writing.
+
+    ``key_id`` names the key the item says it was written under (never the key).
+    Nothing was deleted or changed because of it.
+    """
+
+    def __init__(self, message: str, *, key_id: str) -> None:
+        super().__init__(message)
+        self.key_id = key_id
+
+
+class MissingKeyError(DecryptionError):
+    """A stored item is encrypted under a key id the keyring lacks (or there is no keyring)."""

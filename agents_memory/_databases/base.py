@@ -46,6 +46,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agents_memory._codec import OnCorrupt
+from agents_memory._crypto import ENVELOPE_MARK, Keyring, check_deletable
 from agents_memory._tables import TableNames
 from agents_memory.models import get_models
 
@@ -98,6 +99,34 @@ class Statements:
     """Postgres: both deletes as one statement, returning the session id (``sid``)."""
     limits: Executable | None = None
     """MySQL: the server's statement size limit (``max_allowed_packet``)."""
+    select_heads: Executable | None = None
+    """The first characters of each encrypted row of a session (``sid``): what a clear checks."""
+    pop_plain: Executable | None = None
+    """Postgres: the one-statement pop, deleting the newest row only if it is not encrypted."""
+
+
+HEAD_CHARS = 120
+"""How much of an encrypted row ``select_heads`` reads: the whole envelope header, and more."""
+
+
+def envelope_heads(messages: Table, sid: Any) -> Executable:  # noqa: ANN401 - a BindParameter
+    """``(id, head)`` of a session's rows that start with the envelope mark (see ``_crypto``).
+
+    A clear reads these inside its transaction and refuses, deleting nothing, when
+    the keyring could not open one of them.
+    """
+    data = messages.c.message_data
+    return (
+        select(messages.c.id, func.substr(data, 1, HEAD_CHARS))
+        .where(messages.c.session_id == sid, func.substr(data, 1, 2) == ENVELOPE_MARK)
+        .order_by(messages.c.id)
+    )
+
+
+def check_heads(rows: Sequence[Row], keyring: Keyring | None) -> None:
+    """Raise the typed error if ``keyring`` could not open one of the envelope ``rows``."""
+    for row_id, head in rows:
+        check_deletable(head, keyring, row_id=row_id)
 
 
 def sid_param(sessions: Table) -> Any:  # noqa: ANN401 - a BindParameter
@@ -151,6 +180,7 @@ def portable_statements(
         delete_session=delete(sessions)
         .where(sessions.c.session_id == sid)
         .returning(sessions.c.session_id),
+        select_heads=envelope_heads(messages, sid),
     )
 
 
@@ -504,9 +534,17 @@ class Database:
 
     @classmethod
     def operations(
-        cls, engine: AsyncEngine, names: TableNames, on_corrupt: OnCorrupt
+        cls,
+        engine: AsyncEngine,
+        names: TableNames,
+        on_corrupt: OnCorrupt,
+        keyring: Keyring | None = None,
     ) -> Operations:
-        """The operations on ``engine``: on the driver where possible, else through SQLAlchemy."""
+        """The operations on ``engine``: on the driver where possible, else through SQLAlchemy.
+
+        ``keyring`` opens encrypted rows where an operation must read one before it
+        deletes it (pop) or must know it could (clear).
+        """
         raise NotImplementedError
 
     # -- migrations -----------------------------------------------------------------------------

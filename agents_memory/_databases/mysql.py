@@ -49,6 +49,7 @@ from sqlalchemy.engine import URL, Connection, Dialect, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agents_memory._codec import OnCorrupt, decode_row
+from agents_memory._crypto import Keyring
 from agents_memory._databases import pool as driver_pool
 from agents_memory._databases.base import (
     CompiledSQL,
@@ -59,13 +60,14 @@ from agents_memory._databases.base import (
     Row,
     RowReads,
     Statements,
+    check_heads,
     compile_all,
     observed,
     portable_statements,
     sid_param,
     wrap_driver_error,
 )
-from agents_memory._errors import CorruptItemError
+from agents_memory._errors import AgentsMemoryError
 from agents_memory._tables import TableNames
 from agents_memory.models import current_timestamp
 
@@ -236,7 +238,7 @@ class DriverRunner:
                     committing = True
                     ex.last = "COMMIT"
                     await conn.commit()
-            except CorruptItemError:  # ours (strict pop): rolled back above
+            except AgentsMemoryError:  # ours (strict pop, decryption): rolled back above
                 pool.release(lease)
                 raise
             except Exception as exc:
@@ -270,9 +272,16 @@ class Operations(RowReads):
     settles = True
     """Whether a cancel may be raised as it arrives (the backend runs it to completion if not)."""
 
-    def __init__(self, engine: AsyncEngine, runner: Any, on_corrupt: OnCorrupt) -> None:  # noqa: ANN401
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        runner: Any,  # noqa: ANN401
+        on_corrupt: OnCorrupt,
+        keyring: Keyring | None = None,
+    ) -> None:
         self._runner = runner
         self._on_corrupt: OnCorrupt = on_corrupt
+        self._keyring = keyring
         self._facts = _facts_for(engine)
 
     async def _max_packet(self) -> int:
@@ -297,12 +306,17 @@ class Operations(RowReads):
     async def pop(self, session_id: str) -> dict[str, Any] | None:
         on_corrupt = self._on_corrupt
 
+        keyring = self._keyring
+
         async def body(ex: Executor) -> tuple[bool, dict[str, Any] | None]:
             rows = await ex.rows("pop", {"sid": session_id})
             if not rows:
                 return False, None
+            # Decoded (and decrypted) before the delete: one that cannot be read raises,
+            # the transaction rolls back, and the row stays.
+            item = decode_row(rows[0][1], row_id=rows[0][0], on_corrupt=on_corrupt, keyring=keyring)
             await ex.run("delete_row", {"id": rows[0][0]})
-            return True, decode_row(rows[0][1], row_id=rows[0][0], on_corrupt=on_corrupt)
+            return True, item
 
         while True:
             found: bool
@@ -312,8 +326,18 @@ class Operations(RowReads):
                 return item
 
     async def clear(self, session_id: str) -> bool:
-        count = await self._runner.write(lambda ex: ex.run("delete_session", {"sid": session_id}))
-        return bool(count)
+        """Delete the session (its items go by cascade) once every encrypted row was checked.
+
+        A row the keyring could not open refuses the clear with the typed error.
+        """
+        params = {"sid": session_id}
+        keyring = self._keyring
+
+        async def body(ex: Executor) -> bool:
+            check_heads(await ex.rows("select_heads", params), keyring)
+            return bool(await ex.run("delete_session", params))
+
+        return await self._runner.write(body)  # type: ignore[no-any-return]
 
 
 class MySQL(Database):
@@ -368,11 +392,20 @@ class MySQL(Database):
         return Statements(**fields)
 
     @classmethod
-    def operations(cls, engine: AsyncEngine, names: TableNames, on_corrupt: OnCorrupt) -> Any:  # noqa: ANN401
+    def operations(
+        cls,
+        engine: AsyncEngine,
+        names: TableNames,
+        on_corrupt: OnCorrupt,
+        keyring: Keyring | None = None,
+    ) -> Any:  # noqa: ANN401
         if not observed(engine):
-            return Operations(engine, DriverRunner(engine, names), on_corrupt)
+            return Operations(engine, DriverRunner(engine, names), on_corrupt, keyring)
         ops = Operations(
-            engine, CoreRunner(engine, cls.statements(names), autocommit_single=False), on_corrupt
+            engine,
+            CoreRunner(engine, cls.statements(names), autocommit_single=False),
+            on_corrupt,
+            keyring,
         )
         # Through SQLAlchemy's asyncmy adapter a cancel mid-transaction is not contained
         # the way the driver runner contains it (by closing its connection): run to the end.

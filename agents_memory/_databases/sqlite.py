@@ -62,6 +62,7 @@ from sqlalchemy.pool import StaticPool
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from agents_memory._codec import OnCorrupt, decode_row
+from agents_memory._crypto import Keyring
 from agents_memory._databases.base import (
     CompiledSQL,
     CoreSyncExecutor,
@@ -71,6 +72,7 @@ from agents_memory._databases.base import (
     RowReads,
     Statements,
     SyncExecutor,
+    check_heads,
     compile_all,
     foreign_listeners,
     observed,
@@ -231,19 +233,30 @@ def add_body(ex: SyncExecutor, sid: str, data: Sequence[str]) -> None:
     ex.runmany("insert_message", [{"sid": sid, "data": d, "now": when} for d in data])
 
 
-def pop_body(ex: SyncExecutor, sid: str, on_corrupt: OnCorrupt) -> dict[str, Any] | None:
-    """Pop the newest valid item; corrupt rows on the way are removed (or, raising, kept)."""
+def pop_body(
+    ex: SyncExecutor, sid: str, on_corrupt: OnCorrupt, keyring: Keyring | None = None
+) -> dict[str, Any] | None:
+    """Pop the newest valid item; corrupt rows on the way are removed (or, raising, kept).
+
+    A row that cannot be decrypted raises inside the transaction, which rolls back:
+    nothing is deleted because it could not be read.
+    """
     while True:
         rows = ex.rows("pop", {"sid": sid})
         if not rows:
             return None
-        item = decode_row(rows[0][1], row_id=rows[0][0], on_corrupt=on_corrupt)
+        item = decode_row(rows[0][1], row_id=rows[0][0], on_corrupt=on_corrupt, keyring=keyring)
         if item is not None:
             return item
 
 
-def clear_body(ex: SyncExecutor, sid: str) -> bool:
-    """Delete the items, then the session row; whether the session existed."""
+def clear_body(ex: SyncExecutor, sid: str, keyring: Keyring | None = None) -> bool:
+    """Delete the items, then the session row; whether the session existed.
+
+    First, in the same transaction, every encrypted row is checked against
+    ``keyring``: one it could not open refuses the whole clear (the typed error).
+    """
+    check_heads(ex.rows("select_heads", {"sid": sid}), keyring)
     ex.run("delete_messages", {"sid": sid})
     return bool(ex.rows("delete_session", {"sid": sid}))
 
@@ -851,10 +864,17 @@ class ThreadOperations(RowReads):
 
     settles = True
 
-    def __init__(self, engine: AsyncEngine, names: TableNames, on_corrupt: OnCorrupt) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        names: TableNames,
+        on_corrupt: OnCorrupt,
+        keyring: Keyring | None = None,
+    ) -> None:
         self._engine = engine
         self._sql = compiled(names)
         self._on_corrupt: OnCorrupt = on_corrupt
+        self._keyring = keyring
         self._threads_seen: _Threads | None = None
 
     def _threads(self) -> _Threads:
@@ -892,10 +912,12 @@ class ThreadOperations(RowReads):
         await self._write("insert_message", lambda ex: add_body(ex, session_id, data), size)
 
     async def pop(self, session_id: str) -> dict[str, Any] | None:
-        return await self._write("pop", lambda ex: pop_body(ex, session_id, self._on_corrupt))
+        on_corrupt, keyring = self._on_corrupt, self._keyring
+        return await self._write("pop", lambda ex: pop_body(ex, session_id, on_corrupt, keyring))
 
     async def clear(self, session_id: str) -> bool:
-        return await self._write("delete_session", lambda ex: clear_body(ex, session_id))
+        keyring = self._keyring
+        return await self._write("delete_session", lambda ex: clear_body(ex, session_id, keyring))
 
 
 class CoreOperations(RowReads):
@@ -915,10 +937,12 @@ class CoreOperations(RowReads):
         names: TableNames,
         on_corrupt: OnCorrupt,
         lock: Callable[[], asyncio.Lock],
+        keyring: Keyring | None = None,
     ) -> None:
         self._engine = engine
         self._st = SQLite.statements(names)
         self._on_corrupt: OnCorrupt = on_corrupt
+        self._keyring = keyring
         self._lock = lock
         self._readers_queue = is_memory(engine.url)
 
@@ -939,10 +963,12 @@ class CoreOperations(RowReads):
         await self._write(lambda ex: add_body(ex, session_id, data))
 
     async def pop(self, session_id: str) -> dict[str, Any] | None:
-        return await self._write(lambda ex: pop_body(ex, session_id, self._on_corrupt))
+        on_corrupt, keyring = self._on_corrupt, self._keyring
+        return await self._write(lambda ex: pop_body(ex, session_id, on_corrupt, keyring))
 
     async def clear(self, session_id: str) -> bool:
-        return await self._write(lambda ex: clear_body(ex, session_id))
+        keyring = self._keyring
+        return await self._write(lambda ex: clear_body(ex, session_id, keyring))
 
 
 # -- the module ---------------------------------------------------------------------------------
@@ -986,13 +1012,19 @@ class SQLite(Database):
         return portable_statements(names, now=when, upsert_session=_upsert_session, item_time=when)
 
     @classmethod
-    def operations(cls, engine: AsyncEngine, names: TableNames, on_corrupt: OnCorrupt) -> Any:  # noqa: ANN401
+    def operations(
+        cls,
+        engine: AsyncEngine,
+        names: TableNames,
+        on_corrupt: OnCorrupt,
+        keyring: Keyring | None = None,
+    ) -> Any:  # noqa: ANN401
         from agents_memory._sqlalchemy._engine import engine_state  # noqa: PLC0415
 
         state = engine_state(engine)
         if cls.thread_runner_allowed(engine):
-            return ThreadOperations(engine, names, on_corrupt)
-        return CoreOperations(engine, names, on_corrupt, state.lock)
+            return ThreadOperations(engine, names, on_corrupt, keyring)
+        return CoreOperations(engine, names, on_corrupt, state.lock, keyring)
 
     @staticmethod
     def thread_runner_allowed(engine: AsyncEngine) -> bool:

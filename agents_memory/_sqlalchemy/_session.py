@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agents_memory._closing import AsyncClosing
 from agents_memory._codec import OnCorrupt, encode_items
+from agents_memory._crypto import Keyring
 from agents_memory._errors import SessionClosedError
 from agents_memory._ids import validate_session_id
 from agents_memory._protocol import SessionBase, coerce_settings, resolve_limit
@@ -43,10 +44,17 @@ class SQLAlchemySession(AsyncClosing, SessionBase):
         session_settings: SessionSettings | dict[str, Any] | None = None,
         ensure_ascii: bool = False,
         on_corrupt: OnCorrupt = "skip",
+        encryption: Keyring | None = None,
     ) -> None:
         names = TableNames(sessions_table, messages_table)
         settings = coerce_settings(session_settings)
-        backend = Backend(engine, names, create_tables=create_tables, on_corrupt=on_corrupt)
+        backend = Backend(
+            engine,
+            names,
+            create_tables=create_tables,
+            on_corrupt=on_corrupt,
+            encryption=encryption,
+        )
         self._init(session_id, backend, settings, owns_backend=True, ensure_ascii=ensure_ascii)
 
     def _init(

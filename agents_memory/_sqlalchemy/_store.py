@@ -10,7 +10,7 @@ import base64
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Self
 
 from sqlalchemy import Select, bindparam, func, select, tuple_
@@ -19,11 +19,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agents_memory._closing import AsyncClosing
 from agents_memory._codec import OnCorrupt
+from agents_memory._crypto import Keyring
 from agents_memory._ids import validate_session_id
 from agents_memory._protocol import coerce_settings
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._metadata import FilterValue, metadata_filter
+from agents_memory._sqlalchemy._rotate import KeyRotationReport, rotate
 from agents_memory._sqlalchemy._session import SQLAlchemySession
 from agents_memory._sqlalchemy._stats import StoreStats, store_stats
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
@@ -82,9 +84,16 @@ class SessionStore(AsyncClosing):
         session_settings: SessionSettings | dict[str, Any] | None = None,
         on_corrupt: OnCorrupt = "skip",
         ensure_ascii: bool = False,
+        encryption: Keyring | None = None,
     ) -> None:
         names = TableNames(sessions_table, messages_table)
-        self._backend = Backend(engine, names, create_tables=create_tables, on_corrupt=on_corrupt)
+        self._backend = Backend(
+            engine,
+            names,
+            create_tables=create_tables,
+            on_corrupt=on_corrupt,
+            encryption=encryption,
+        )
         self.session_settings: SessionSettings | None = coerce_settings(session_settings)
         self.ensure_ascii = ensure_ascii
 
@@ -194,6 +203,30 @@ class SessionStore(AsyncClosing):
     async def delete_session(self, session_id: str) -> bool:
         """Delete a session and all its items; ``True`` if it existed."""
         return await self._backend.clear(validate_session_id(session_id))
+
+    @property
+    def encryption(self) -> Keyring | None:
+        """The keyring items are encrypted with (``None``: stored as plaintext JSON)."""
+        return self._backend.keyring
+
+    async def rotate_keys(
+        self,
+        to: str,
+        *,
+        batch_size: int = 500,
+        dry_run: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> KeyRotationReport:
+        """Re-encrypt every item not under key ``to`` (plaintext items too), in short batches.
+
+        Safe while the application writes (a row changed since it was read is left
+        alone), resumable after any interruption (run it again), and never
+        encrypts twice. ``dry_run`` only counts the items left. ``progress`` is
+        called with the number of rows each batch examined.
+        """
+        return await rotate(
+            self._backend, to, batch_size=batch_size, dry_run=dry_run, progress=progress
+        )
 
     async def stats(self, *, largest: int = 5) -> StoreStats:
         """Totals for the store: sessions, items, time span and the ``largest`` biggest sessions."""
