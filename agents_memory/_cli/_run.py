@@ -17,9 +17,10 @@ import typer
 from rich.text import Text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from agents_memory._admin._keys import KEYS_ENV, KEYS_FILE_ENV
 from agents_memory._cli._options import globals_of, raw_url
 from agents_memory._cli._output import EXIT_INTERRUPTED, INTERRUPTED, err, stop_progress
-from agents_memory._errors import AgentsMemoryError
+from agents_memory._errors import AgentsMemoryError, DecryptionError
 from agents_memory._urls import url_secrets
 
 T = TypeVar("T")
@@ -50,7 +51,9 @@ def _os(exc: OSError) -> str:
 
 def explain(exc: BaseException) -> str:
     """One sentence for an error: what went wrong and what to do next."""
-    if isinstance(exc, AgentsMemoryError):
+    if isinstance(exc, DecryptionError):
+        text = f"{exc} (the CLI reads keys from --keys-file, ${KEYS_FILE_ENV} or ${KEYS_ENV})"
+    elif isinstance(exc, AgentsMemoryError):
         text = str(exc)
     elif isinstance(exc, SQLAlchemyError):
         text = _database(exc)

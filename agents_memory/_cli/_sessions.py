@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from agents_memory._admin import _sessions as ops
+from agents_memory._cli._keys import KeysFileOption, with_keys
 from agents_memory._cli._options import (
     JsonOption,
     MessagesTableOption,
@@ -159,13 +160,17 @@ def show(
         bool,
         typer.Option("--full", help=f"Show each item whole (else cut at {MAX_TEXT} characters)."),
     ] = False,
+    keys_file: KeysFileOption = None,
     url: UrlOption = None,
     sessions_table: SessionsTableOption = None,
     messages_table: MessagesTableOption = None,
     json_: JsonOption = False,
 ) -> None:
-    """Print a session as a readable transcript (--json: its raw items, oldest first)."""
-    where = target(ctx, url, sessions_table, messages_table)
+    """Print a session as a readable transcript (--json: its raw items, oldest first).
+
+    Encrypted items are opened with the keys of --keys-file or the environment.
+    """
+    where = with_keys(target(ctx, url, sessions_table, messages_table), keys_file)
     as_json = wants_json(ctx, json_)
 
     async def show_it() -> None:

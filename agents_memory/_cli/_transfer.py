@@ -15,6 +15,7 @@ from agents_memory._admin._copy import copy as copy_store
 from agents_memory._admin._export import ExportResult, export_file, import_file
 from agents_memory._admin._export import export as export_stream
 from agents_memory._admin._transfer import IF_EXISTS, IfExists, TransferResult
+from agents_memory._cli._keys import KeysFileOption, with_keys
 from agents_memory._cli._options import (
     JsonOption,
     MessagesTableOption,
@@ -91,6 +92,14 @@ def export(
         ),
     ] = None,
     batch: BatchOption = 1000,
+    decrypt: Annotated[
+        bool,
+        typer.Option(
+            "--decrypt",
+            help="Write encrypted items as plaintext (keys from --keys-file or the environment).",
+        ),
+    ] = False,
+    keys_file: KeysFileOption = None,
     url: UrlOption = None,
     sessions_table: SessionsTableOption = None,
     messages_table: MessagesTableOption = None,
@@ -99,9 +108,13 @@ def export(
     """Write sessions as JSON Lines: a header line per session, then its items with their times.
 
     A header is {"session", "created_at", "updated_at", "metadata"}, an item
-    {"item", "created_at"}; `agents-memory import` reads it back exactly.
+    {"item", "created_at"}; `agents-memory import` reads it back exactly. An
+    encrypted item is written as it is stored, {"sealed", "created_at"} (no key
+    needed), unless --decrypt.
     """
     where = target(ctx, url, sessions_table, messages_table)
+    if decrypt:
+        where = with_keys(where, keys_file, required=True)
     ids = list(session_ids or [])
     as_json = wants_json(ctx, json_)
     if output is None:

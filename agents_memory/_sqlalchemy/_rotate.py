@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import Update, bindparam, func, select, update
 
 from agents_memory._crypto import Keyring, is_envelope
 from agents_memory._sqlalchemy._backend import Backend, check_sql_int
@@ -70,9 +70,9 @@ def _reseal(keyring: Keyring, row_id: object, data: object) -> str | None:
 
 async def _write_batch(
     backend: Backend,
-    write: Any,
+    write: Update,
     keyring: Keyring,
-    rows: Sequence[Any],  # noqa: ANN401
+    rows: Sequence[Any],
 ) -> tuple[int, int]:
     """Re-seal ``rows`` in one short transaction; ``(rows written, rows tried)``."""
     updates = []
