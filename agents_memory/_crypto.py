@@ -72,10 +72,13 @@ def _key_bytes(key_id: str, key: object) -> bytes:
     raw = bytes(key)
     if len(raw) == KEY_BYTES:
         return raw
+    stripped = raw.rstrip(b"=")
     try:
-        decoded = base64.urlsafe_b64decode(raw)
+        decoded = base64.urlsafe_b64decode(stripped + b"=" * (-len(stripped) % 4))
     except (binascii.Error, ValueError):
         decoded = b""
+    if base64.urlsafe_b64encode(decoded).rstrip(b"=") != stripped:
+        decoded = b""  # not canonical base64 (stray characters, standard alphabet, trailing data)
     if len(decoded) != KEY_BYTES:
         msg = (
             f"key {key_id!r} must be {KEY_BYTES} random bytes, raw or url-safe base64 "
