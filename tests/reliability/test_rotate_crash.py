@@ -100,7 +100,7 @@ async def test_sigkill_during_rotation_loses_nothing_and_resumes(
         passes += await _kill_one(ctx, file_backend.url, (names.sessions, names.messages))
         left_a = (await enc.rotate_keys("a", dry_run=True)).remaining
         left_b = (await enc.rotate_keys("b", dry_run=True)).remaining
-        mid_rotation += 0 < left_a and 0 < left_b  # killed part-way through a pass
+        mid_rotation += left_a > 0 and left_b > 0  # killed part-way through a pass
         await _check(enc, expected)
     final = await enc.rotate_keys("b", batch_size=25)
     assert final.remaining == 0
