@@ -2,7 +2,7 @@
 
 An encrypted row's ``message_data`` is text (the existing column: no schema change)::
 
-    am1:<key id>:<key check>:<base64url(nonce || AES-GCM ciphertext and tag)>
+    am1:<key id>:<key check>:<base64(nonce || AES-GCM ciphertext and tag)>
 
 * ``am1`` names the format; JSON items always start with ``{``, so a row is an
   envelope exactly when it starts with ``am`` followed by a digit and a colon
@@ -29,6 +29,7 @@ import hashlib
 import hmac
 import os
 import re
+from binascii import a2b_base64, b2a_base64
 from collections.abc import Mapping
 from typing import Any
 
@@ -108,7 +109,7 @@ class Keyring:
     stored in every envelope, so pick dates or counters, not secrets).
     """
 
-    __slots__ = ("_ciphers", "_current", "_headers")
+    __slots__ = ("_aad", "_ciphers", "_current", "_headers")
 
     def __init__(self, keys: Mapping[str, bytes | str], current: str) -> None:
         if not isinstance(keys, Mapping) or not keys:
@@ -130,6 +131,7 @@ class Keyring:
             raise ValueError(msg)
         self._ciphers = ciphers
         self._headers = headers
+        self._aad = {key_id: header.encode() for key_id, header in headers.items()}
         self._current = current
 
     @staticmethod
@@ -155,6 +157,7 @@ class Keyring:
         other = Keyring.__new__(Keyring)
         other._ciphers = self._ciphers  # noqa: SLF001 - same class
         other._headers = self._headers  # noqa: SLF001
+        other._aad = self._aad  # noqa: SLF001
         other._current = key_id  # noqa: SLF001
         return other
 
@@ -169,16 +172,21 @@ class Keyring:
 
     def encrypt(self, text: str) -> str:
         """Seal one encoded item under the current key."""
-        header = self._headers[self._current]
+        key_id = self._current
         nonce = os.urandom(_NONCE_BYTES)
-        sealed = self._ciphers[self._current].encrypt(
-            nonce, text.encode("utf-8", "surrogatepass"), header.encode("ascii")
-        )
-        return f"{header}:{base64.urlsafe_b64encode(nonce + sealed).decode('ascii')}"
+        sealed = self._ciphers[key_id].encrypt(nonce, text.encode(), self._aad[key_id])
+        return f"{self._headers[key_id]}:{b2a_base64(nonce + sealed, newline=False).decode()}"
 
     def encrypt_all(self, data: list[str]) -> list[str]:
         """Seal a batch of encoded items."""
-        return [self.encrypt(text) for text in data]
+        key_id = self._current
+        cipher, aad, header = self._ciphers[key_id], self._aad[key_id], self._headers[key_id]
+        out = []
+        for text in data:
+            nonce = os.urandom(_NONCE_BYTES)
+            sealed = cipher.encrypt(nonce, text.encode(), aad)
+            out.append(f"{header}:{b2a_base64(nonce + sealed, newline=False).decode()}")
+        return out
 
     def check(self, data: str, *, row_id: object = "?") -> None:
         """Raise the typed error :meth:`decrypt` would for a key this keyring lacks, or a wrong one.
@@ -209,23 +217,33 @@ class Keyring:
 
     def decrypt(self, data: str, *, row_id: object = "?") -> str:
         """Open one envelope; the typed error names the key id (and never the key)."""
-        self.check(data, row_id=row_id)
-        header, _, body = data.rpartition(":")
-        key_id = envelope_key_id(data)
-        from cryptography.exceptions import InvalidTag  # noqa: PLC0415 - present: _aesgcm ran
+        parts = data.split(":", 3)
+        if len(parts) == 4:  # noqa: PLR2004 - format, id, check, body
+            key_id = parts[1]
+            header = self._headers.get(key_id)
+            if header is not None and data.startswith(header) and data[len(header)] == ":":
+                try:
+                    blob = a2b_base64(parts[3], strict_mode=True)
+                    plain: bytes = self._ciphers[key_id].decrypt(
+                        blob[:_NONCE_BYTES], blob[_NONCE_BYTES:], self._aad[key_id]
+                    )
+                    return plain.decode()
+                except (ValueError, binascii.Error, _invalid_tag()):
+                    msg = (
+                        f"stored item {row_id} under key id {key_id!r} failed authentication: "
+                        "it was altered or damaged after it was written"
+                    )
+                    raise DecryptionError(msg, key_id=key_id) from None
+        self.check(data, row_id=row_id)  # raises: the header names no key of ours
+        msg = f"stored item {row_id} is not an encrypted envelope this version reads"
+        raise DecryptionError(msg, key_id=envelope_key_id(data))
 
-        try:
-            blob = base64.urlsafe_b64decode(body.encode("ascii"))
-            plain = self._ciphers[key_id].decrypt(
-                blob[:_NONCE_BYTES], blob[_NONCE_BYTES:], header.encode("ascii")
-            )
-            return str(plain.decode("utf-8", "surrogatepass"))
-        except (InvalidTag, ValueError, binascii.Error):
-            msg = (
-                f"stored item {row_id} under key id {key_id!r} failed authentication: "
-                "it was altered or damaged after it was written"
-            )
-            raise DecryptionError(msg, key_id=key_id) from None
+
+def _invalid_tag() -> type[Exception]:
+    """``cryptography``'s authentication failure (installed: a keyring exists)."""
+    from cryptography.exceptions import InvalidTag  # noqa: PLC0415
+
+    return InvalidTag
 
 
 def no_keyring_error(data: str, *, row_id: object) -> MissingKeyError:

@@ -6,6 +6,7 @@ import base64
 import os
 
 import pytest
+from cryptography.fernet import Fernet
 
 from agents_memory import DecryptionError, Keyring, MissingKeyError
 from agents_memory._crypto import envelope_key_id, is_envelope
@@ -25,8 +26,6 @@ def test_keys_raw_or_base64_open_each_others_envelopes() -> None:
 
 
 def test_fernet_keys_work() -> None:
-    from cryptography.fernet import Fernet
-
     key = Fernet.generate_key()
     ring = Keyring({"f": key, "g": key.decode()}, current="g")
     assert ring.decrypt(ring.encrypt("{}")) == "{}"

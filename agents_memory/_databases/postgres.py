@@ -132,6 +132,10 @@ class _EngineFacts:
 _cache_off_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
+class _PoolerFoundError(Exception):
+    """A pooler was found inside a transaction, which its error aborted: run the body again."""
+
+
 class DriverExecutor:
     """:class:`Executor` on one asyncpg connection, running the compiled statements."""
 
@@ -175,6 +179,9 @@ class DriverExecutor:
             # Nothing ran (the statement was never bound): a pooler shares this connection.
             self._facts.pooled = True
             self._lease.extra.clear()
+            if self._lease.driver.is_in_transaction():
+                # The error aborted the transaction: its body runs again, from BEGIN.
+                raise _PoolerFoundError from exc
             return await self._fetch(c, args)
 
     async def run(self, key: str, params: Mapping[str, Any]) -> int:
@@ -254,6 +261,11 @@ class DriverRunner:
             return await self._op(body)
 
         async def in_transaction(ex: Executor) -> T:
+            try:
+                async with ex.transaction():  # type: ignore[attr-defined]
+                    return await body(ex)
+            except _PoolerFoundError:
+                pass  # rolled back; from now on the statements are unnamed
             async with ex.transaction():  # type: ignore[attr-defined]
                 return await body(ex)
 
