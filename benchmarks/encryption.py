@@ -118,8 +118,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         print(
-            f"| target | workload | plain ops/s | encrypted ops/s | ratio |\n"
-            f"|---|---|---:|---:|---:|"
+            "| target | workload | plain ops/s | encrypted ops/s | ratio |\n"
+            "|---|---|---:|---:|---:|"
         )
         rotations = []
         for target in args.targets.split(","):
