@@ -74,18 +74,33 @@ async def _write_batch(
     keyring: Keyring,
     rows: Sequence[Any],
 ) -> tuple[int, int]:
-    """Re-seal ``rows`` in one short transaction; ``(rows written, rows tried)``."""
+    """Re-seal ``rows`` in one short transaction; ``(rows written, rows tried)``.
+
+    The updates go as one ``executemany`` (pipelined by the driver); how many
+    applied is counted in the same transaction: the batch's rows now under the
+    target key (a row someone changed meanwhile kept its value, so it is not).
+    """
     updates = []
     for row_id, data in rows:
         sealed = _reseal(keyring, row_id, data)
         if sealed is not None:
             updates.append({"rid": row_id, "old": data, "new": sealed})
-    done = 0
-    if updates:
-        async with backend.transaction() as conn:
-            for params in updates:
-                done += (await conn.execute(write, params)).rowcount
-    return done, len(updates)
+    if not updates:
+        return 0, 0
+    c = backend.st.messages.c
+    head = keyring.header() + ":"
+    applied = (
+        select(func.count())
+        .select_from(backend.st.messages)
+        .where(
+            c.id.in_(bindparam("ids", expanding=True)),
+            func.substr(c.message_data, 1, len(head)) == head,
+        )
+    )
+    async with backend.transaction() as conn:
+        await conn.execute(write, updates)
+        done = (await conn.execute(applied, {"ids": [u["rid"] for u in updates]})).scalar_one()
+    return int(done), len(updates)
 
 
 async def rotate(
