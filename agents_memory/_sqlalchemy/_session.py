@@ -30,7 +30,8 @@ class SQLAlchemySession(AsyncClosing, SessionBase):
     Pass ``engine=`` to share your application's engine (the session never closes
     it), or use :meth:`from_url` to let the session own one. For many
     conversations, prefer :class:`~agents_memory.SessionStore`, which hands out
-    sessions over one connection pool.
+    sessions over one connection pool. ``encryption=Keyring(...)`` encrypts items
+    before they are written and opens them on read (see :class:`~agents_memory.Keyring`).
     """
 
     def __init__(

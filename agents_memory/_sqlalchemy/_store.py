@@ -72,7 +72,11 @@ def _decode_cursor(cursor: str) -> tuple[dt.datetime, str]:
 
 
 class SessionStore(AsyncClosing):
-    """Sessions over one engine and one table-name set, plus listing and deletion."""
+    """Sessions over one engine and one table-name set, plus listing and deletion.
+
+    ``encryption=Keyring(...)`` encrypts every session's items at rest (metadata
+    stays plaintext, for filtering); :meth:`rotate_keys` moves them to a new key.
+    """
 
     def __init__(
         self,
