@@ -74,8 +74,10 @@ async def bench_target(
         for r in range(rounds):
             for store, label in ((plain, "plain"), (enc, "enc")):
 
-                async def append(i: int, store: SessionStore = store, lb: str = label) -> None:
-                    await store.session(f"w-{lb}-{r}-{i % 16}").add_items(source.turn())
+                async def append(
+                    i: int, store: SessionStore = store, lb: str = label, rn: int = r
+                ) -> None:
+                    await store.session(f"w-{lb}-{rn}-{i % 16}").add_items(source.turn())
 
                 async def read(_i: int, store: SessionStore = store, lb: str = label) -> None:
                     await store.session(f"read-{lb}").get_items(limit=20)
