@@ -208,17 +208,28 @@ def delete(
     ctx: typer.Context,
     session_id: SessionIdArgument,
     yes: YesOption = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Delete even encrypted items no key given can open (a lost key)."
+        ),
+    ] = False,
+    keys_file: KeysFileOption = None,
     url: UrlOption = None,
     sessions_table: SessionsTableOption = None,
     messages_table: MessagesTableOption = None,
 ) -> None:
-    """Delete a session and all its items (asks first, unless --yes)."""
-    where = target(ctx, url, sessions_table, messages_table)
+    """Delete a session and all its items (asks first, unless --yes).
+
+    Encrypted items are checked against the keys of --keys-file or the environment
+    first; one they cannot open refuses the delete, unless --force.
+    """
+    where = with_keys(target(ctx, url, sessions_table, messages_table), keys_file)
     if not yes:
         info = run(ctx, ops.get_session(where, session_id))
         items = plural(info.item_count, "item")
         typer.confirm(f"Delete session {session_id!r} and its {items} from {where}?", abort=True)
-    deleted = run(ctx, ops.delete_session(where, session_id))
+    deleted = run(ctx, ops.delete_session(where, session_id, force=force))
     typer.echo(
         f"deleted session {session_id!r} ({plural(deleted.item_count, 'item')}) from {where}"
     )

@@ -423,8 +423,12 @@ class Operations(Protocol):
         """Remove and return the newest valid item (corrupt rows on the way: ``on_corrupt``)."""
         ...
 
-    async def clear(self, session_id: str) -> bool:
-        """Delete the session row and its items; whether the session existed."""
+    async def clear(self, session_id: str, *, checked: bool = True) -> bool:
+        """Delete the session row and its items; whether the session existed.
+
+        ``checked``: first refuse (the typed error) if the keyring could not open an
+        encrypted row of the session; ``False`` deletes them anyway (a lost key).
+        """
         ...
 
 

@@ -250,13 +250,16 @@ def pop_body(
             return item
 
 
-def clear_body(ex: SyncExecutor, sid: str, keyring: Keyring | None = None) -> bool:
+def clear_body(
+    ex: SyncExecutor, sid: str, keyring: Keyring | None = None, *, checked: bool = True
+) -> bool:
     """Delete the items, then the session row; whether the session existed.
 
     First, in the same transaction, every encrypted row is checked against
     ``keyring``: one it could not open refuses the whole clear (the typed error).
     """
-    check_heads(ex.rows("select_heads", {"sid": sid}), keyring)
+    if checked:
+        check_heads(ex.rows("select_heads", {"sid": sid}), keyring)
     ex.run("delete_messages", {"sid": sid})
     return bool(ex.rows("delete_session", {"sid": sid}))
 
@@ -915,9 +918,11 @@ class ThreadOperations(RowReads):
         on_corrupt, keyring = self._on_corrupt, self._keyring
         return await self._write("pop", lambda ex: pop_body(ex, session_id, on_corrupt, keyring))
 
-    async def clear(self, session_id: str) -> bool:
+    async def clear(self, session_id: str, *, checked: bool = True) -> bool:
         keyring = self._keyring
-        return await self._write("delete_session", lambda ex: clear_body(ex, session_id, keyring))
+        return await self._write(
+            "delete_session", lambda ex: clear_body(ex, session_id, keyring, checked=checked)
+        )
 
 
 class CoreOperations(RowReads):
@@ -966,9 +971,9 @@ class CoreOperations(RowReads):
         on_corrupt, keyring = self._on_corrupt, self._keyring
         return await self._write(lambda ex: pop_body(ex, session_id, on_corrupt, keyring))
 
-    async def clear(self, session_id: str) -> bool:
+    async def clear(self, session_id: str, *, checked: bool = True) -> bool:
         keyring = self._keyring
-        return await self._write(lambda ex: clear_body(ex, session_id, keyring))
+        return await self._write(lambda ex: clear_body(ex, session_id, keyring, checked=checked))
 
 
 # -- the module ---------------------------------------------------------------------------------

@@ -324,6 +324,10 @@ class Backend:
         """
         return await self._run(lambda ops: ops.pop(session_id))
 
-    async def clear(self, session_id: str) -> bool:
-        """Delete the session row and all its items at once; True if the session existed."""
-        return await self._run(lambda ops: ops.clear(session_id))
+    async def clear(self, session_id: str, *, force: bool = False) -> bool:
+        """Delete the session row and all its items at once; True if the session existed.
+
+        Refused (the typed error, nothing deleted) when the keyring could not open
+        one of its encrypted items, unless ``force``.
+        """
+        return await self._run(lambda ops: ops.clear(session_id, checked=not force))

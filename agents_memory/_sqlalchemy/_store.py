@@ -204,9 +204,14 @@ class SessionStore(AsyncClosing):
         rows = await self._backend.fetch(query)
         return self._info(rows[0]) if rows else None
 
-    async def delete_session(self, session_id: str) -> bool:
-        """Delete a session and all its items; ``True`` if it existed."""
-        return await self._backend.clear(validate_session_id(session_id))
+    async def delete_session(self, session_id: str, *, force: bool = False) -> bool:
+        """Delete a session and all its items; ``True`` if it existed.
+
+        A session holding encrypted items this store's keyring cannot open (or any,
+        without a keyring) is refused with :class:`~agents_memory.DecryptionError`
+        and left whole; ``force=True`` deletes it anyway (a key that is lost for good).
+        """
+        return await self._backend.clear(validate_session_id(session_id), force=force)
 
     @property
     def encryption(self) -> Keyring | None:

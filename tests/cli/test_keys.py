@@ -156,3 +156,17 @@ async def test_copy_carries_ciphertext_without_a_key(
     async with SessionStore.from_url(dest, encryption=BOTH, **kw) as copied:
         assert len(await copied.session("s1").get_items()) == 10
     await encrypted.close()
+
+
+async def test_delete_refuses_without_keys_and_forces_on_request(
+    cli: Any, encrypted: SessionStore
+) -> None:
+    out = await invoke(cli, "sessions", "delete", "s1", "--yes", env={}, code=1)
+    assert "encrypted (key id 'a')" in out.stderr
+    assert "--force" in out.stderr
+    assert len(await encrypted.session("s1").get_items()) == 10
+    await invoke(cli, "sessions", "delete", "s1", "--yes", env=ENV)  # keys given: checked, deleted
+    assert await encrypted.get_session("s1") is None
+    await invoke(cli, "sessions", "delete", "s2", "--yes", "--force", env={})
+    assert await encrypted.get_session("s2") is None
+    await encrypted.close()

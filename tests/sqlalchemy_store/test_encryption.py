@@ -240,3 +240,19 @@ async def test_no_key_material_in_errors_reprs_or_logs(
     assert "key id" in text or "'a'" in text  # the failures did speak
     for form in forms:
         assert form not in text
+
+
+async def test_delete_session_force_deletes_what_no_key_opens(
+    enc: SessionStore, engine: AsyncEngine, names: TableNames
+) -> None:
+    """A key lost for good: the refused delete goes through with force=True, and only then."""
+    await enc.session("u").add_items([{"n": 1}])
+    await enc.session("other").add_items([{"n": 2}])
+    lost = store_on(engine, names, Keyring({"b": KEY_B}, current="b"))
+    with pytest.raises(MissingKeyError):
+        await lost.delete_session("u")
+    assert len(await raw_rows(engine, names)) == 2
+    assert await lost.delete_session("u", force=True) is True
+    assert [r[1] for r in await raw_rows(engine, names)] == ["other"]
+    assert await store_on(engine, names, None).delete_session("other", force=True) is True
+    assert await raw_rows(engine, names) == []
