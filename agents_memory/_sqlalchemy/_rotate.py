@@ -1,8 +1,8 @@
 """Key rotation: re-encrypt every stored item not under the target key, in short batches.
 
 Each batch is read by keyset (message id, ascending, only rows not already under
-the target key) and written back in its own transaction, one row at a time with
-``UPDATE … WHERE id = :id AND message_data = :old``: a row the application
+the target key) and written back in its own transaction, as one ``executemany``
+of ``UPDATE … WHERE id = :id AND message_data = :old``: a row the application
 popped, cleared or rewrote since it was read is left alone (counted as
 ``changed``), so rotating while the application writes loses nothing and never
 overwrites a newer value. Every row is decrypted to its plaintext first and
