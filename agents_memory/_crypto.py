@@ -2,7 +2,7 @@
 
 An encrypted row's ``message_data`` is text (the existing column: no schema change)::
 
-    am1:<key id>:<key check>:<hex(nonce || AES-GCM ciphertext and tag)>
+    am1:<key id>:<key check>:<base64(nonce || AES-GCM ciphertext and tag)>
 
 * ``am1`` names the format; JSON items always start with ``{``, so a row is an
   envelope exactly when it starts with ``am`` followed by a digit and a colon
@@ -11,9 +11,10 @@ An encrypted row's ``message_data`` is text (the existing column: no schema chan
 * the key check is 6 bytes of ``HMAC-SHA256(key, "agents_memory key check")``: a
   keyring holding the id but *another* key is told apart before anything is
   decrypted or deleted (a wrong key is never mistaken for a corrupt row);
-* the body is hex, not base64: the rows are larger (2x the ciphertext, against
-  1.33x), but CPython decodes hex about four times faster than base64, and on a
-  latest-20 read that decoding was most of what encryption cost;
+* the body is standard base64 (1.33x the ciphertext). Hex decodes about four
+  times faster in CPython, but doubles the row: on Postgres an ~840-byte item then
+  crosses the TOAST threshold, and end to end (``benchmarks/encryption.py``) the
+  two were within the machine's noise, so the smaller rows won;
 * the header (``am1:<id>:<check>``) is the AES-GCM associated data. The session id
   is deliberately **not** bound: ``fork`` and ``copy`` carry rows to other
   session ids, and must not need a key to do it. Whoever can rewrite rows can
@@ -32,6 +33,7 @@ import hashlib
 import hmac
 import os
 import re
+from binascii import a2b_base64, b2a_base64
 from collections.abc import Mapping
 from typing import Any
 
@@ -177,7 +179,7 @@ class Keyring:
         key_id = self._current
         nonce = os.urandom(_NONCE_BYTES)
         sealed = self._ciphers[key_id].encrypt(nonce, text.encode(), self._aad[key_id])
-        return f"{self._headers[key_id]}:{(nonce + sealed).hex()}"
+        return f"{self._headers[key_id]}:{b2a_base64(nonce + sealed, newline=False).decode()}"
 
     def encrypt_all(self, data: list[str]) -> list[str]:
         """Seal a batch of encoded items."""
@@ -187,7 +189,7 @@ class Keyring:
         for text in data:
             nonce = os.urandom(_NONCE_BYTES)
             sealed = cipher.encrypt(nonce, text.encode(), aad)
-            out.append(f"{header}:{(nonce + sealed).hex()}")
+            out.append(f"{header}:{b2a_base64(nonce + sealed, newline=False).decode()}")
         return out
 
     def check(self, data: str, *, row_id: object = "?") -> None:
@@ -225,7 +227,7 @@ class Keyring:
             header = self._headers.get(key_id)
             if header is not None and data.startswith(header) and data[len(header)] == ":":
                 try:
-                    blob = bytes.fromhex(parts[3])
+                    blob = a2b_base64(parts[3], strict_mode=True)
                     plain: bytes = self._ciphers[key_id].decrypt(
                         blob[:_NONCE_BYTES], blob[_NONCE_BYTES:], self._aad[key_id]
                     )

@@ -159,9 +159,9 @@ async def test_altered_ciphertext_is_a_typed_error_and_stays(
     await enc.session("u").add_items([{"n": 1}])
     ((row_id, _, data),) = await raw_rows(engine, names)
     head, _, body = data.rpartition(":")
-    blob = bytearray(bytes.fromhex(body))
+    blob = bytearray(base64.b64decode(body))
     blob[-1] ^= 1
-    tampered = f"{head}:{bytes(blob).hex()}"
+    tampered = f"{head}:{base64.b64encode(bytes(blob)).decode()}"
     m = get_models(names).Message.__table__
     async with engine.begin() as conn:
         await conn.execute(m.update().where(m.c.id == row_id).values(message_data=tampered))
