@@ -16,8 +16,10 @@ from agents_memory import _protocol
 
 if TYPE_CHECKING:
     from agents_memory import migrations
+    from agents_memory._crypto import Keyring
     from agents_memory._sqlalchemy._advanced import AdvancedSQLAlchemySession, AdvancedSQLiteSession
     from agents_memory._sqlalchemy._prune import PruneReport
+    from agents_memory._sqlalchemy._rotate import KeyRotationReport
 
     __version__: str
     from agents_memory._errors import (
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
         CorruptItemError,
         DatabaseBusyError,
         DatabaseConnectionError,
+        DecryptionError,
+        MissingKeyError,
         SchemaNotReadyError,
         SessionClosedError,
         SessionExistsError,
@@ -45,6 +49,10 @@ if TYPE_CHECKING:
     from agents_memory.models import get_models
 
 _HOMES: dict[str, str] = {
+    "KeyRotationReport": "_sqlalchemy._rotate",
+    "MissingKeyError": "_errors",
+    "DecryptionError": "_errors",
+    "Keyring": "_crypto",
     "PruneReport": "_sqlalchemy._prune",
     "AdvancedSQLiteSession": "_sqlalchemy._advanced",
     "AdvancedSQLAlchemySession": "_sqlalchemy._advanced",
@@ -123,6 +131,10 @@ __all__ = [
     "CorruptItemError",
     "DatabaseBusyError",
     "DatabaseConnectionError",
+    "DecryptionError",
+    "KeyRotationReport",
+    "Keyring",
+    "MissingKeyError",
     "OpenAIConversationsSession",
     "PruneReport",
     "SQLAlchemySession",

@@ -9,9 +9,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
+from agents_memory._crypto import is_envelope, open_envelope
 from agents_memory._errors import CorruptItemError
+
+if TYPE_CHECKING:
+    from agents_memory._crypto import Keyring
 
 logger = logging.getLogger("agents_memory")
 
@@ -103,8 +107,18 @@ def encode_items(items: Sequence[object], *, ensure_ascii: bool = False) -> list
     return [encode_item(item, index=i, ensure_ascii=ensure_ascii) for i, item in enumerate(items)]
 
 
-def decode_row(data: object, *, row_id: object, on_corrupt: OnCorrupt) -> dict[str, Any] | None:
-    """Decode one stored row; ``None`` means it is not a JSON object and was skipped."""
+def decode_row(
+    data: object, *, row_id: object, on_corrupt: OnCorrupt, keyring: Keyring | None = None
+) -> dict[str, Any] | None:
+    """Decode one stored row; ``None`` means it is not a JSON object and was skipped.
+
+    An encrypted row is opened with ``keyring`` first. One that cannot be opened
+    (no keyring, a key it lacks, a wrong key, altered ciphertext) raises the typed
+    :class:`~agents_memory.DecryptionError` whatever ``on_corrupt`` says: a pop
+    that meets it rolls back, so nothing is deleted because it could not be read.
+    """
+    if is_envelope(data):
+        data = open_envelope(data, keyring, row_id=row_id)  # type: ignore[arg-type]
     reason = "not a JSON object"
     try:
         value = _decode(data.decode("utf-8") if isinstance(data, bytes) else data)  # type: ignore[arg-type]
@@ -122,10 +136,18 @@ def decode_row(data: object, *, row_id: object, on_corrupt: OnCorrupt) -> dict[s
     return None
 
 
-def decode_rows(rows: Iterable[Sequence[object]], *, on_corrupt: OnCorrupt) -> list[dict[str, Any]]:
-    """Decode ``(id, message_data)`` rows in order, skipping (or raising on) corrupt ones."""
+def decode_rows(
+    rows: Iterable[Sequence[object]], *, on_corrupt: OnCorrupt, keyring: Keyring | None = None
+) -> list[dict[str, Any]]:
+    """Decode ``(id, message_data)`` rows in order, skipping (or raising on) corrupt ones.
+
+    Encrypted rows are opened with ``keyring`` (see :func:`decode_row`).
+    """
     out: list[dict[str, Any]] = []
-    for row_id, data in rows:
+    for row_id, stored in rows:
+        data = stored
+        if keyring is not None and is_envelope(data):
+            data = keyring.decrypt(data, row_id=row_id)  # type: ignore[arg-type]
         try:
             value = _decode(data)  # type: ignore[arg-type]  # fast path: str holding an object
         except (ValueError, TypeError, RecursionError):
@@ -133,7 +155,7 @@ def decode_rows(rows: Iterable[Sequence[object]], *, on_corrupt: OnCorrupt) -> l
         if type(value) is dict:
             out.append(value)
             continue
-        item = decode_row(data, row_id=row_id, on_corrupt=on_corrupt)
+        item = decode_row(data, row_id=row_id, on_corrupt=on_corrupt, keyring=keyring)
         if item is not None:
             out.append(item)
     return out

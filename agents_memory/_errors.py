@@ -67,3 +67,19 @@ class TurnNotFoundError(AgentsMemoryError, ValueError):
 
     A ``ValueError``, as the Agents SDK's ``create_branch_from_turn`` raises.
     """
+
+
+class DecryptionError(AgentsMemoryError, ValueError):
+    """A stored item could not be decrypted: a wrong key, or an item altered after writing.
+
+    ``key_id`` names the key the item says it was written under (never the key).
+    Nothing was deleted or changed because of it.
+    """
+
+    def __init__(self, message: str, *, key_id: str) -> None:
+        super().__init__(message)
+        self.key_id = key_id
+
+
+class MissingKeyError(DecryptionError):
+    """A stored item is encrypted under a key id the keyring lacks (or there is no keyring)."""

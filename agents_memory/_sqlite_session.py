@@ -32,6 +32,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from agents_memory._codec import decode_rows, encode_items
+from agents_memory._crypto import Keyring
 from agents_memory._databases import sqlite as lite
 from agents_memory._errors import DatabaseConnectionError, SessionClosedError
 from agents_memory._ids import validate_session_id
@@ -154,6 +155,9 @@ class SQLiteSession(SessionBase):
     Like the SDK's class, the constructor opens the database and creates the
     tables (on the worker thread, waiting for it), so a file has its tables even
     when the first write fails, and a bad path fails here rather than later.
+
+    ``encryption=Keyring(...)`` encrypts items before they are written and opens
+    them on read (see :class:`~agents_memory.Keyring`).
     """
 
     def __init__(
@@ -163,8 +167,14 @@ class SQLiteSession(SessionBase):
         sessions_table: str = DEFAULT_SESSIONS_TABLE,
         messages_table: str = DEFAULT_MESSAGES_TABLE,
         session_settings: SessionSettings | dict[str, Any] | None = None,
+        *,
+        encryption: Keyring | None = None,
     ) -> None:
         names = TableNames(sessions_table, messages_table)
+        if encryption is not None and not isinstance(encryption, Keyring):
+            msg = f"encryption must be an agents_memory.Keyring, got {type(encryption).__name__}"
+            raise TypeError(msg)
+        self._keyring = encryption
         self.session_id: str = validate_session_id(session_id)
         self.session_settings: SessionSettings | None = coerce_settings(session_settings)
         self.db_path: str | Path = db_path
@@ -247,16 +257,18 @@ class SQLiteSession(SessionBase):
         with _snapshot(conn):  # one snapshot, even across the refill reads
             if limit is None:
                 rows = ex.rows("select_all", {"sid": sid})
-                return decode_rows(rows, on_corrupt="skip")
+                return decode_rows(rows, on_corrupt="skip", keyring=self._keyring)
             fetched = ex.rows("select_latest", {"sid": sid, "n": limit})
-            items = decode_rows(reversed(fetched), on_corrupt="skip")
+            items = decode_rows(reversed(fetched), on_corrupt="skip", keyring=self._keyring)
             want = limit
             # Corrupt rows were skipped: read further back so ``limit`` counts valid items.
             while len(items) < limit and len(fetched) == want:
                 want = limit - len(items)
                 params = {"sid": sid, "before": fetched[-1][0], "n": want}
                 fetched = ex.rows("select_older", params)
-                items = decode_rows(reversed(fetched), on_corrupt="skip") + items
+                items = (
+                    decode_rows(reversed(fetched), on_corrupt="skip", keyring=self._keyring) + items
+                )
             return items
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -269,6 +281,8 @@ class SQLiteSession(SessionBase):
         self._check_open()
         if not data:
             return
+        if self._keyring is not None:
+            data = self._keyring.encrypt_all(data)
         await self._call(functools.partial(self._add, data))
 
     def _write(
@@ -292,16 +306,18 @@ class SQLiteSession(SessionBase):
         return await self._call(self._pop)  # type: ignore[arg-type]
 
     def _pop(self, conn: sqlite3.Connection) -> dict[str, Any] | None:
-        sql, sid = self._sql, self.session_id
-        return self._write(conn, lambda c: lite.pop_body(lite.LiteExecutor(c, sql), sid, "skip"))
+        sql, sid, keyring = self._sql, self.session_id, self._keyring
+        return self._write(
+            conn, lambda c: lite.pop_body(lite.LiteExecutor(c, sql), sid, "skip", keyring)
+        )
 
     async def clear_session(self) -> None:
         """Delete the session and all of its items."""
         await self._call(self._clear)
 
     def _clear(self, conn: sqlite3.Connection) -> None:
-        sql, sid = self._sql, self.session_id
-        self._write(conn, lambda c: lite.clear_body(lite.LiteExecutor(c, sql), sid))
+        sql, sid, keyring = self._sql, self.session_id, self._keyring
+        self._write(conn, lambda c: lite.clear_body(lite.LiteExecutor(c, sql), sid, keyring))
 
     async def replace_items(self, items: list[TResponseInputItem]) -> None:
         """Replace the whole history with ``items``, atomically: the old history or the new.
@@ -316,10 +332,12 @@ class SQLiteSession(SessionBase):
         await self._call(functools.partial(self._replace, data))
 
     def _replace(self, data: list[str], conn: sqlite3.Connection) -> None:
-        sql, sid = self._sql, self.session_id
+        sql, sid, keyring = self._sql, self.session_id, self._keyring
+        if keyring is not None:
+            data = keyring.encrypt_all(data)
         self._write(
             conn,
-            lambda c: lite.replace_body(lite.LiteExecutor(c, sql), sid, data),
+            lambda c: lite.replace_body(lite.LiteExecutor(c, sql), sid, data, keyring),
             sum(map(len, data)),
         )
 

@@ -24,10 +24,13 @@ from agents_memory._admin._errors import InvalidFileError
 from agents_memory._admin._transfer import SourceSession
 from agents_memory._codec import decode_json as _decode
 from agents_memory._codec import encode_item
+from agents_memory._crypto import is_envelope
 from agents_memory._sqlalchemy._bulk import ItemRecord, SessionRecord
 
 _HEADER_KEYS = frozenset({"session", "created_at", "updated_at", "metadata"})
 _ITEM_KEYS = frozenset({"item", "created_at"})
+_SEALED_KEYS = frozenset({"sealed", "created_at"})
+"""An encrypted item exported without its key: the stored envelope, imported unchanged."""
 
 
 def header_line(record: SessionRecord) -> str:
@@ -46,8 +49,11 @@ def header_line(record: SessionRecord) -> str:
 
 
 def item_line(entry: ItemRecord) -> str:
-    """The line of one item."""
-    return encode_item({"item": entry.item, "created_at": entry.created_at.isoformat()}) + "\n"
+    """The line of one item (``{"sealed": …}`` for an encrypted one exported without its key)."""
+    when = entry.created_at.isoformat()
+    if entry.sealed is not None:
+        return encode_item({"sealed": entry.sealed, "created_at": when}) + "\n"
+    return encode_item({"item": entry.item, "created_at": when}) + "\n"
 
 
 def _time(value: object, key: str) -> dt.datetime:
@@ -81,6 +87,12 @@ def _parse(value: object) -> SessionRecord | ItemRecord:
         item = value["item"]
         encode_item(item)  # the one JSON rule: a dict that round-trips exactly
         return ItemRecord(item, _time(value["created_at"], "created_at"))
+    if keys == _SEALED_KEYS:
+        sealed = value["sealed"]
+        if not is_envelope(sealed):
+            msg = '"sealed" must be an encrypted item as agents-memory stores it ("am1:…")'
+            raise ValueError(msg)
+        return ItemRecord({}, _time(value["created_at"], "created_at"), sealed=sealed)
     msg = (
         'expected a session header {"session", "created_at", "updated_at", "metadata"} '
         f'or an item {{"item", "created_at"}}, got keys {sorted(keys)}'

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from agents_memory._admin._errors import NotFoundError
 from agents_memory._admin._target import Target, open_store
 from agents_memory._admin._types import NoProgress, Progress
+from agents_memory._errors import DecryptionError
 from agents_memory._sqlalchemy._metadata import FilterValue
 from agents_memory._sqlalchemy._prune import PruneReport
 from agents_memory._sqlalchemy._prune import prune as run_prune
@@ -117,11 +118,18 @@ async def transcript(
         yield Transcript(info, max(1, info.item_count - len(items) + 1), stream())
 
 
-async def delete_session(target: Target, session_id: str) -> SessionInfo:
-    """Delete a session and its items; returns what was deleted, or raises if it was absent."""
+async def delete_session(target: Target, session_id: str, *, force: bool = False) -> SessionInfo:
+    """Delete a session and its items; returns what was deleted, or raises if it was absent.
+
+    Encrypted items the target's keyring cannot open refuse the delete, unless ``force``.
+    """
     async with open_store(target) as store:
         info = await _info(store, target, session_id)
-        await store.delete_session(session_id)
+        try:
+            await store.delete_session(session_id, force=force)
+        except DecryptionError as exc:
+            msg = f"{exc}; nothing was deleted (--force deletes them unread)"
+            raise type(exc)(msg, key_id=exc.key_id) from None
         return info
 
 

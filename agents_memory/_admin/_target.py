@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from agents_memory._admin._errors import NotFoundError
+from agents_memory._crypto import Keyring
 from agents_memory._sqlalchemy._schema import upgrade_command
 from agents_memory._sqlalchemy._store import SessionStore
 from agents_memory._tables import TableNames
@@ -20,6 +21,8 @@ class Target:
 
     url: str
     names: TableNames = dataclasses.field(default_factory=TableNames)
+    keyring: Keyring | None = dataclasses.field(default=None, compare=False, repr=False)
+    """Opens (and writes) encrypted items; ``None``: encrypted rows are carried sealed."""
 
     def __post_init__(self) -> None:
         normalize_url(self.url)  # an unsupported URL fails here, before any connection
@@ -69,7 +72,10 @@ async def open_store(target: Target, *, must_exist: bool = True) -> AsyncIterato
         require_database(target)
     names = target.names  # (spelled out: **table_kwargs would also match engine_kwargs for mypy)
     store = SessionStore.from_url(
-        target.url, sessions_table=names.sessions, messages_table=names.messages
+        target.url,
+        sessions_table=names.sessions,
+        messages_table=names.messages,
+        encryption=target.keyring,
     )
     try:
         yield store

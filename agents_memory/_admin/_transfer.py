@@ -64,7 +64,11 @@ class TransferResult:
 def _same(a: ItemRecord | None, b: ItemRecord | None) -> bool:
     if a is None or b is None:
         return False
-    return a.item == b.item and naive_utc(a.created_at) == naive_utc(b.created_at)
+    return (
+        a.item == b.item
+        and a.sealed == b.sealed
+        and naive_utc(a.created_at) == naive_utc(b.created_at)
+    )
 
 
 def _conflict(sid: str, detail: str) -> ConflictError:

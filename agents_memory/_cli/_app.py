@@ -8,7 +8,7 @@ import typer
 from typer.core import TyperArgument, TyperGroup, TyperOption
 
 import agents_memory
-from agents_memory._cli import _db, _sessions, _transfer
+from agents_memory._cli import _db, _keys, _sessions, _transfer
 from agents_memory._cli._demo import run_demo
 from agents_memory._cli._options import (
     Globals,
@@ -114,6 +114,7 @@ app = typer.Typer(
 )
 app.add_typer(_db.app)
 app.add_typer(_sessions.app)
+app.add_typer(_keys.app)
 
 
 def _version(value: bool) -> None:

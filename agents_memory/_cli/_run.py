@@ -17,9 +17,10 @@ from urllib.parse import quote_plus
 import typer
 from rich.text import Text
 
+from agents_memory._admin._keys import KEYS_ENV, KEYS_FILE_ENV
 from agents_memory._cli._options import globals_of, raw_url
 from agents_memory._cli._output import EXIT_INTERRUPTED, INTERRUPTED, err, stop_progress
-from agents_memory._errors import AgentsMemoryError
+from agents_memory._errors import AgentsMemoryError, DecryptionError
 from agents_memory._urls import url_secrets
 
 if TYPE_CHECKING:
@@ -56,7 +57,9 @@ def _os(exc: OSError) -> str:
 def explain(exc: BaseException) -> str:
     """One sentence for an error: what went wrong and what to do next."""
     sqlalchemy_exc = sys.modules.get("sqlalchemy.exc")  # not loaded: not its error
-    if isinstance(exc, AgentsMemoryError):
+    if isinstance(exc, DecryptionError):
+        text = f"{exc} (the CLI reads keys from --keys-file, ${KEYS_FILE_ENV} or ${KEYS_ENV})"
+    elif isinstance(exc, AgentsMemoryError):
         text = str(exc)
     elif sqlalchemy_exc is not None and isinstance(exc, sqlalchemy_exc.SQLAlchemyError):
         text = _database(exc)

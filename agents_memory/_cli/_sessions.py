@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from agents_memory._cli import _lazy
+from agents_memory._cli._keys import KeysFileOption, with_keys
 from agents_memory._cli._options import (
     JsonOption,
     MessagesTableOption,
@@ -236,13 +237,17 @@ def show(
         bool,
         typer.Option("--full", help=f"Show each item whole (else cut at {MAX_TEXT} characters)."),
     ] = False,
+    keys_file: KeysFileOption = None,
     url: UrlOption = None,
     sessions_table: SessionsTableOption = None,
     messages_table: MessagesTableOption = None,
     json_: JsonOption = False,
 ) -> None:
-    """Print a session as a readable transcript (--json: its raw items, oldest first)."""
-    where = target(ctx, url, sessions_table, messages_table)
+    """Print a session as a readable transcript (--json: its raw items, oldest first).
+
+    Encrypted items are opened with the keys of --keys-file or the environment.
+    """
+    where = with_keys(target(ctx, url, sessions_table, messages_table), keys_file)
     as_json = wants_json(ctx, json_)
 
     async def show_it() -> None:
@@ -280,17 +285,28 @@ def delete(
     ctx: typer.Context,
     session_id: SessionIdArgument,
     yes: YesOption = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Delete even encrypted items no key given can open (a lost key)."
+        ),
+    ] = False,
+    keys_file: KeysFileOption = None,
     url: UrlOption = None,
     sessions_table: SessionsTableOption = None,
     messages_table: MessagesTableOption = None,
 ) -> None:
-    """Delete a session and all its items (asks first, unless --yes)."""
-    where = target(ctx, url, sessions_table, messages_table)
+    """Delete a session and all its items (asks first, unless --yes).
+
+    Encrypted items are checked against the keys of --keys-file or the environment
+    first; one they cannot open refuses the delete, unless --force.
+    """
+    where = with_keys(target(ctx, url, sessions_table, messages_table), keys_file)
     if not yes:
         info = run(ctx, ops.get_session(where, session_id))
         items = plural(info.item_count, "item")
         typer.confirm(f"Delete session {session_id!r} and its {items} from {where}?", abort=True)
-    deleted = run(ctx, ops.delete_session(where, session_id))
+    deleted = run(ctx, ops.delete_session(where, session_id, force=force))
     typer.echo(
         f"deleted session {session_id!r} ({plural(deleted.item_count, 'item')}) from {where}"
     )

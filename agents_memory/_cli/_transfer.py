@@ -13,6 +13,7 @@ import typer
 
 from agents_memory._admin._types import IF_EXISTS, IfExists
 from agents_memory._cli import _lazy
+from agents_memory._cli._keys import KeysFileOption, with_keys
 from agents_memory._cli._options import (
     JsonOption,
     MessagesTableOption,
@@ -103,6 +104,14 @@ def export(
         ),
     ] = None,
     batch: BatchOption = 1000,
+    decrypt: Annotated[
+        bool,
+        typer.Option(
+            "--decrypt",
+            help="Write encrypted items as plaintext (keys from --keys-file or the environment).",
+        ),
+    ] = False,
+    keys_file: KeysFileOption = None,
     url: UrlOption = None,
     sessions_table: SessionsTableOption = None,
     messages_table: MessagesTableOption = None,
@@ -111,9 +120,13 @@ def export(
     """Write sessions as JSON Lines: a header line per session, then its items with their times.
 
     A header is {"session", "created_at", "updated_at", "metadata"}, an item
-    {"item", "created_at"}; `agents-memory import` reads it back exactly.
+    {"item", "created_at"}; `agents-memory import` reads it back exactly. An
+    encrypted item is written as it is stored, {"sealed", "created_at"} (no key
+    needed), unless --decrypt.
     """
     where = target(ctx, url, sessions_table, messages_table)
+    if decrypt:
+        where = with_keys(where, keys_file, required=True)
     ids = list(session_ids or [])
     as_json = wants_json(ctx, json_)
     if output is None:

@@ -46,6 +46,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agents_memory._codec import OnCorrupt
+from agents_memory._crypto import ENVELOPE_MARK, Keyring, check_deletable
 from agents_memory._errors import SessionNotFoundError, TurnNotFoundError
 from agents_memory._tables import TableNames
 from agents_memory.models import get_models
@@ -115,6 +116,42 @@ class Statements:
     the copy then see one history. (MySQL's ``INSERT … SELECT`` share-locks what
     it reads already; SQLite has one writer.)
     """
+    select_heads: Executable | None = None
+    """The first characters of each encrypted row of a session (``sid``): what a clear checks."""
+    pop_plain: Executable | None = None
+    """Postgres: the one-statement pop, deleting the newest row only if it is not encrypted."""
+
+
+HEAD_CHARS = 120
+"""How much of an encrypted row ``select_heads`` reads: the whole envelope header, and more."""
+
+
+def envelope_heads(messages: Table, sid: Any) -> Executable:  # noqa: ANN401 - a BindParameter
+    """``(id, head)`` of a session's rows that start with the envelope mark (see ``_crypto``).
+
+    A clear reads these inside its transaction and refuses, deleting nothing, when
+    the keyring could not open one of them.
+    """
+    return heads_where(messages, messages.c.session_id == sid)
+
+
+def heads_where(messages: Table, where: ColumnElement[bool]) -> Executable:
+    """``(id, head)`` of the encrypted rows among those ``where`` selects (see above).
+
+    Every delete of items (a clear, a replace, a prune's batch) checks these first.
+    """
+    data = messages.c.message_data
+    return (
+        select(messages.c.id, func.substr(data, 1, HEAD_CHARS))
+        .where(where, func.substr(data, 1, 2) == ENVELOPE_MARK)
+        .order_by(messages.c.id)
+    )
+
+
+def check_heads(rows: Sequence[Row], keyring: Keyring | None) -> None:
+    """Raise the typed error if ``keyring`` could not open one of the envelope ``rows``."""
+    for row_id, head in rows:
+        check_deletable(head, keyring, row_id=row_id)
 
 
 def sid_param(sessions: Table) -> Any:  # noqa: ANN401 - a BindParameter
@@ -194,6 +231,7 @@ def portable_statements(
             .where(mine, messages.c.id < bindparam("cut", type_=messages.c.id.type))
             .order_by(messages.c.id),
         ),
+        select_heads=envelope_heads(messages, sid),
     )
 
 
@@ -436,8 +474,12 @@ class Operations(Protocol):
         """Remove and return the newest valid item (corrupt rows on the way: ``on_corrupt``)."""
         ...
 
-    async def clear(self, session_id: str) -> bool:
-        """Delete the session row and its items; whether the session existed."""
+    async def clear(self, session_id: str, *, checked: bool = True) -> bool:
+        """Delete the session row and its items; whether the session existed.
+
+        ``checked``: first refuse (the typed error) if the keyring could not open an
+        encrypted row of the session; ``False`` deletes them anyway (a lost key).
+        """
         ...
 
     async def replace(self, session_id: str, data: Sequence[str]) -> None:
@@ -648,9 +690,17 @@ class Database:
 
     @classmethod
     def operations(
-        cls, engine: AsyncEngine, names: TableNames, on_corrupt: OnCorrupt
+        cls,
+        engine: AsyncEngine,
+        names: TableNames,
+        on_corrupt: OnCorrupt,
+        keyring: Keyring | None = None,
     ) -> Operations:
-        """The operations on ``engine``: on the driver where possible, else through SQLAlchemy."""
+        """The operations on ``engine``: on the driver where possible, else through SQLAlchemy.
+
+        ``keyring`` opens encrypted rows where an operation must read one before it
+        deletes it (pop) or must know it could (clear).
+        """
         raise NotImplementedError
 
     # -- migrations -----------------------------------------------------------------------------

@@ -51,6 +51,7 @@ from sqlalchemy.engine import URL, Connection, Dialect, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agents_memory._codec import OnCorrupt, decode_row
+from agents_memory._crypto import Keyring
 from agents_memory._databases import pool as driver_pool
 from agents_memory._databases.base import (
     CompiledSQL,
@@ -61,6 +62,7 @@ from agents_memory._databases.base import (
     Row,
     RowReads,
     Statements,
+    check_heads,
     compile_all,
     fork_body,
     observed,
@@ -251,7 +253,7 @@ class DriverRunner:
                     committing = True
                     ex.last = "COMMIT"
                     await conn.commit()
-            except AgentsMemoryError:  # ours (strict pop, fork): rolled back above
+            except AgentsMemoryError:  # ours (strict pop, fork, decryption): rolled back above
                 pool.release(lease)
                 raise
             except Exception as exc:
@@ -285,9 +287,16 @@ class Operations(RowReads):
     settles = True
     """Whether a cancel may be raised as it arrives (the backend runs it to completion if not)."""
 
-    def __init__(self, engine: AsyncEngine, runner: Any, on_corrupt: OnCorrupt) -> None:  # noqa: ANN401
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        runner: Any,  # noqa: ANN401
+        on_corrupt: OnCorrupt,
+        keyring: Keyring | None = None,
+    ) -> None:
         self._runner = runner
         self._on_corrupt: OnCorrupt = on_corrupt
+        self._keyring = keyring
         self._facts = _facts_for(engine)
 
     async def _max_packet(self) -> int:
@@ -312,12 +321,17 @@ class Operations(RowReads):
     async def pop(self, session_id: str) -> dict[str, Any] | None:
         on_corrupt = self._on_corrupt
 
+        keyring = self._keyring
+
         async def body(ex: Executor) -> tuple[bool, dict[str, Any] | None]:
             rows = await ex.rows("pop", {"sid": session_id})
             if not rows:
                 return False, None
+            # Decoded (and decrypted) before the delete: one that cannot be read raises,
+            # the transaction rolls back, and the row stays.
+            item = decode_row(rows[0][1], row_id=rows[0][0], on_corrupt=on_corrupt, keyring=keyring)
             await ex.run("delete_row", {"id": rows[0][0]})
-            return True, decode_row(rows[0][1], row_id=rows[0][0], on_corrupt=on_corrupt)
+            return True, item
 
         while True:
             found: bool
@@ -326,9 +340,20 @@ class Operations(RowReads):
             if not found or item is not None:
                 return item
 
-    async def clear(self, session_id: str) -> bool:
-        count = await self._runner.write(lambda ex: ex.run("delete_session", {"sid": session_id}))
-        return bool(count)
+    async def clear(self, session_id: str, *, checked: bool = True) -> bool:
+        """Delete the session (its items go by cascade) once every encrypted row was checked.
+
+        A row the keyring could not open refuses the clear with the typed error.
+        """
+        params = {"sid": session_id}
+        keyring = self._keyring
+
+        async def body(ex: Executor) -> bool:
+            if checked:
+                check_heads(await ex.rows("select_heads", params), keyring)
+            return bool(await ex.run("delete_session", params))
+
+        return await self._runner.write(body)  # type: ignore[no-any-return]
 
     async def replace(self, session_id: str, data: Sequence[str]) -> None:
         """Lock (upsert) the session row first, as appends do, then delete and insert.
@@ -340,6 +365,8 @@ class Operations(RowReads):
 
         async def body(ex: Executor) -> None:
             await ex.run("upsert_session", {"sid": session_id})
+            # as a clear does: nothing is deleted that the keyring could not open
+            check_heads(await ex.rows("select_heads", {"sid": session_id}), self._keyring)
             await ex.run("delete_messages", {"sid": session_id})
             if data:
                 await ex.runmany("insert_message", [{"sid": session_id, "data": d} for d in data])
@@ -406,11 +433,20 @@ class MySQL(Database):
         return Statements(**fields)
 
     @classmethod
-    def operations(cls, engine: AsyncEngine, names: TableNames, on_corrupt: OnCorrupt) -> Any:  # noqa: ANN401
+    def operations(
+        cls,
+        engine: AsyncEngine,
+        names: TableNames,
+        on_corrupt: OnCorrupt,
+        keyring: Keyring | None = None,
+    ) -> Any:  # noqa: ANN401
         if not observed(engine):
-            return Operations(engine, DriverRunner(engine, names), on_corrupt)
+            return Operations(engine, DriverRunner(engine, names), on_corrupt, keyring)
         ops = Operations(
-            engine, CoreRunner(engine, cls.statements(names), autocommit_single=False), on_corrupt
+            engine,
+            CoreRunner(engine, cls.statements(names), autocommit_single=False),
+            on_corrupt,
+            keyring,
         )
         # Through SQLAlchemy's asyncmy adapter a cancel mid-transaction is not contained
         # the way the driver runner contains it (by closing its connection): run to the end.

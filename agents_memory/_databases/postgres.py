@@ -58,6 +58,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agents_memory._codec import OnCorrupt, decode_row
+from agents_memory._crypto import ENVELOPE_MARK, Keyring
 from agents_memory._databases import pool as driver_pool
 from agents_memory._databases.base import (
     CompiledSQL,
@@ -68,6 +69,7 @@ from agents_memory._databases.base import (
     Row,
     RowReads,
     Statements,
+    check_heads,
     compile_all,
     fork_body,
     observed,
@@ -256,7 +258,10 @@ class DriverRunner:
         ex = DriverExecutor(lease, self._sql, self._facts)
         try:
             result = await body(ex)
-        except (AgentsMemoryError, _PoolerRestart):  # ours: the transaction rolled back
+        except (
+            AgentsMemoryError,
+            _PoolerRestart,
+        ):  # ours (strict pop, decryption, fork): rolled back
             pool.release(lease)
             raise
         except Exception as exc:
@@ -304,9 +309,15 @@ def _facts_for(engine: AsyncEngine) -> _EngineFacts:
 class Operations(RowReads):
     """The protocol's operations on Postgres, on either runner."""
 
-    def __init__(self, runner: Any, on_corrupt: OnCorrupt) -> None:  # noqa: ANN401
+    def __init__(
+        self,
+        runner: Any,  # noqa: ANN401
+        on_corrupt: OnCorrupt,
+        keyring: Keyring | None = None,
+    ) -> None:
         self._runner = runner
         self._on_corrupt: OnCorrupt = on_corrupt
+        self._keyring = keyring
 
     async def add(self, session_id: str, data: Sequence[str]) -> None:
         params = {"sid": session_id, "data": list(data)}
@@ -318,32 +329,54 @@ class Operations(RowReads):
     async def pop(self, session_id: str) -> dict[str, Any] | None:
         """Delete and return the newest row; a corrupt one is skipped (or, raising, kept).
 
-        With ``on_corrupt="raise"`` the delete runs in a transaction that rolls back
-        when the row does not decode, leaving it for inspection.
+        Without a keyring, the one-statement pop deletes the newest row only when it
+        is not encrypted; when it deletes nothing (an empty session, or an encrypted
+        newest row), or with ``on_corrupt="raise"`` or a keyring, the delete runs in
+        a transaction that rolls back when the row does not decode or decrypt:
+        nothing is deleted because it could not be read.
         """
         params = {"sid": session_id}
-        if self._on_corrupt == "raise":
+        on_corrupt, keyring = self._on_corrupt, self._keyring
+        if on_corrupt == "skip" and keyring is None:
+            while True:
+                rows = await self._runner.write(
+                    lambda ex: ex.rows("pop_plain", params), single=True
+                )
+                if not rows:
+                    break
+                item = decode_row(rows[0][1], row_id=rows[0][0], on_corrupt="skip")
+                if item is not None:
+                    return item
 
-            async def strict(ex: Executor) -> dict[str, Any] | None:
+        async def checked(ex: Executor) -> dict[str, Any] | None:
+            while True:
                 rows = await ex.rows("pop", params)
                 if not rows:
                     return None
-                return decode_row(rows[0][1], row_id=rows[0][0], on_corrupt="raise")
+                item = decode_row(
+                    rows[0][1], row_id=rows[0][0], on_corrupt=on_corrupt, keyring=keyring
+                )
+                if item is not None:
+                    return item
 
-            return await self._runner.write(strict, single=False)  # type: ignore[no-any-return]
-        while True:
-            rows = await self._runner.write(lambda ex: ex.rows("pop", params), single=True)
-            if not rows:
-                return None
-            item = decode_row(rows[0][1], row_id=rows[0][0], on_corrupt="skip")
-            if item is not None:
-                return item
+        return await self._runner.write(checked, single=False)  # type: ignore[no-any-return]
 
-    async def clear(self, session_id: str) -> bool:
-        rows = await self._runner.write(
-            lambda ex: ex.rows("clear", {"sid": session_id}), single=True
-        )
-        return bool(rows)
+    async def clear(self, session_id: str, *, checked: bool = True) -> bool:
+        """Both deletes in one statement, after checking (same transaction) every encrypted row.
+
+        A row the keyring could not open refuses the clear with the typed error.
+        """
+        params = {"sid": session_id}
+        keyring = self._keyring
+        if not checked:
+            rows = await self._runner.write(lambda ex: ex.rows("clear", params), single=True)
+            return bool(rows)
+
+        async def body(ex: Executor) -> bool:
+            check_heads(await ex.rows("select_heads", params), keyring)
+            return bool(await ex.rows("clear", params))
+
+        return await self._runner.write(body, single=False)  # type: ignore[no-any-return]
 
     async def replace(self, session_id: str, data: Sequence[str]) -> None:
         """Lock (upsert) the session row, then swap its items: two statements, one transaction.
@@ -355,6 +388,8 @@ class Operations(RowReads):
 
         async def body(ex: Executor) -> None:
             await ex.run("upsert_session", {"sid": session_id})
+            # as a clear does: nothing is deleted that the keyring could not open
+            check_heads(await ex.rows("select_heads", {"sid": session_id}), self._keyring)
             await ex.run("replace_rows", {"sid": session_id, "data": list(data)})
 
         await self._runner.write(body, single=False)
@@ -448,6 +483,7 @@ class Postgres(Database):
             **{
                 **{f: getattr(base, f) for f in base.__dataclass_fields__},
                 "pop": pop,
+                "pop_plain": pop.where(func.substr(messages.c.message_data, 1, 2) != ENVELOPE_MARK),
                 "append": append,
                 "clear": clear,
                 "replace_rows": replace_rows,
@@ -458,13 +494,19 @@ class Postgres(Database):
         )
 
     @classmethod
-    def operations(cls, engine: AsyncEngine, names: TableNames, on_corrupt: OnCorrupt) -> Any:  # noqa: ANN401
+    def operations(
+        cls,
+        engine: AsyncEngine,
+        names: TableNames,
+        on_corrupt: OnCorrupt,
+        keyring: Keyring | None = None,
+    ) -> Any:  # noqa: ANN401
         runner: Any
         if observed(engine):
             runner = CoreRunner(engine, cls.statements(names), autocommit_single=True)
         else:
             runner = DriverRunner(engine, names)
-        return Operations(runner, on_corrupt)
+        return Operations(runner, on_corrupt, keyring)
 
     @classmethod
     def upsert_metadata(cls, sessions: Table) -> Executable:

@@ -66,6 +66,7 @@ from sqlalchemy.pool import StaticPool
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from agents_memory._codec import OnCorrupt, decode_row
+from agents_memory._crypto import Keyring
 from agents_memory._databases.base import (
     CompiledSQL,
     CoreSyncExecutor,
@@ -75,6 +76,7 @@ from agents_memory._databases.base import (
     RowReads,
     Statements,
     SyncExecutor,
+    check_heads,
     compile_all,
     foreign_listeners,
     fork_body_sync,
@@ -246,31 +248,50 @@ def add_body(ex: SyncExecutor, sid: str, data: Sequence[str]) -> None:
     ex.runmany("insert_message", [{"sid": sid, "data": d, "now": when} for d in data])
 
 
-def pop_body(ex: SyncExecutor, sid: str, on_corrupt: OnCorrupt) -> dict[str, Any] | None:
-    """Pop the newest valid item; corrupt rows on the way are removed (or, raising, kept)."""
+def pop_body(
+    ex: SyncExecutor, sid: str, on_corrupt: OnCorrupt, keyring: Keyring | None = None
+) -> dict[str, Any] | None:
+    """Pop the newest valid item; corrupt rows on the way are removed (or, raising, kept).
+
+    A row that cannot be decrypted raises inside the transaction, which rolls back:
+    nothing is deleted because it could not be read.
+    """
     while True:
         rows = ex.rows("pop", {"sid": sid})
         if not rows:
             return None
-        item = decode_row(rows[0][1], row_id=rows[0][0], on_corrupt=on_corrupt)
+        item = decode_row(rows[0][1], row_id=rows[0][0], on_corrupt=on_corrupt, keyring=keyring)
         if item is not None:
             return item
 
 
-def clear_body(ex: SyncExecutor, sid: str) -> bool:
-    """Delete the items, then the session row; whether the session existed."""
+def clear_body(
+    ex: SyncExecutor, sid: str, keyring: Keyring | None = None, *, checked: bool = True
+) -> bool:
+    """Delete the items, then the session row; whether the session existed.
+
+    First, in the same transaction, every encrypted row is checked against
+    ``keyring``: one it could not open refuses the whole clear (the typed error).
+    """
+    if checked:
+        check_heads(ex.rows("select_heads", {"sid": sid}), keyring)
     ex.run("delete_messages", {"sid": sid})
     return bool(ex.rows("delete_session", {"sid": sid}))
 
 
-def replace_body(ex: SyncExecutor, sid: str, data: Sequence[str]) -> None:
+def replace_body(
+    ex: SyncExecutor, sid: str, data: Sequence[str], keyring: Keyring | None = None
+) -> None:
     """Upsert the session (``updated_at`` bumped), delete its items, insert ``data``.
 
     One transaction (the caller's; in a group, one savepoint): the history is
-    the old one or the new one, never a mix or nothing.
+    the old one or the new one, never a mix or nothing. As a clear does, it first
+    refuses (the typed error, nothing changed) when ``keyring`` could not open
+    one of the items it would delete.
     """
     when = now()
     ex.run("upsert_session", {"sid": sid, "now": when})
+    check_heads(ex.rows("select_heads", {"sid": sid}), keyring)
     ex.run("delete_messages", {"sid": sid})
     if data:
         ex.runmany("insert_message", [{"sid": sid, "data": d, "now": when} for d in data])
@@ -884,10 +905,17 @@ class ThreadOperations(RowReads):
 
     settles = True
 
-    def __init__(self, engine: AsyncEngine, names: TableNames, on_corrupt: OnCorrupt) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        names: TableNames,
+        on_corrupt: OnCorrupt,
+        keyring: Keyring | None = None,
+    ) -> None:
         self._engine = engine
         self._sql = compiled(names)
         self._on_corrupt: OnCorrupt = on_corrupt
+        self._keyring = keyring
         self._threads_seen: _Threads | None = None
 
     def _threads(self) -> _Threads:
@@ -925,14 +953,20 @@ class ThreadOperations(RowReads):
         await self._write("insert_message", lambda ex: add_body(ex, session_id, data), size)
 
     async def pop(self, session_id: str) -> dict[str, Any] | None:
-        return await self._write("pop", lambda ex: pop_body(ex, session_id, self._on_corrupt))
+        on_corrupt, keyring = self._on_corrupt, self._keyring
+        return await self._write("pop", lambda ex: pop_body(ex, session_id, on_corrupt, keyring))
 
-    async def clear(self, session_id: str) -> bool:
-        return await self._write("delete_session", lambda ex: clear_body(ex, session_id))
+    async def clear(self, session_id: str, *, checked: bool = True) -> bool:
+        keyring = self._keyring
+        return await self._write(
+            "delete_session", lambda ex: clear_body(ex, session_id, keyring, checked=checked)
+        )
 
     async def replace(self, session_id: str, data: Sequence[str]) -> None:
-        size = sum(map(len, data))
-        await self._write("insert_message", lambda ex: replace_body(ex, session_id, data), size)
+        size, keyring = sum(map(len, data)), self._keyring
+        await self._write(
+            "insert_message", lambda ex: replace_body(ex, session_id, data, keyring), size
+        )
 
     async def fork(self, session_id: str, new_session_id: str, skip: int | None) -> None:
         await self._write("fork_items", lambda ex: fork_body(ex, session_id, new_session_id, skip))
@@ -955,10 +989,12 @@ class CoreOperations(RowReads):
         names: TableNames,
         on_corrupt: OnCorrupt,
         lock: Callable[[], asyncio.Lock],
+        keyring: Keyring | None = None,
     ) -> None:
         self._engine = engine
         self._st = SQLite.statements(names)
         self._on_corrupt: OnCorrupt = on_corrupt
+        self._keyring = keyring
         self._lock = lock
         self._readers_queue = is_memory(engine.url)
 
@@ -979,13 +1015,16 @@ class CoreOperations(RowReads):
         await self._write(lambda ex: add_body(ex, session_id, data))
 
     async def pop(self, session_id: str) -> dict[str, Any] | None:
-        return await self._write(lambda ex: pop_body(ex, session_id, self._on_corrupt))
+        on_corrupt, keyring = self._on_corrupt, self._keyring
+        return await self._write(lambda ex: pop_body(ex, session_id, on_corrupt, keyring))
 
-    async def clear(self, session_id: str) -> bool:
-        return await self._write(lambda ex: clear_body(ex, session_id))
+    async def clear(self, session_id: str, *, checked: bool = True) -> bool:
+        keyring = self._keyring
+        return await self._write(lambda ex: clear_body(ex, session_id, keyring, checked=checked))
 
     async def replace(self, session_id: str, data: Sequence[str]) -> None:
-        await self._write(lambda ex: replace_body(ex, session_id, data))
+        keyring = self._keyring
+        await self._write(lambda ex: replace_body(ex, session_id, data, keyring))
 
     async def fork(self, session_id: str, new_session_id: str, skip: int | None) -> None:
         await self._write(lambda ex: fork_body(ex, session_id, new_session_id, skip))
@@ -1034,13 +1073,19 @@ class SQLite(Database):
         )
 
     @classmethod
-    def operations(cls, engine: AsyncEngine, names: TableNames, on_corrupt: OnCorrupt) -> Any:  # noqa: ANN401
+    def operations(
+        cls,
+        engine: AsyncEngine,
+        names: TableNames,
+        on_corrupt: OnCorrupt,
+        keyring: Keyring | None = None,
+    ) -> Any:  # noqa: ANN401
         from agents_memory._sqlalchemy._engine import engine_state  # noqa: PLC0415
 
         state = engine_state(engine)
         if cls.thread_runner_allowed(engine):
-            return ThreadOperations(engine, names, on_corrupt)
-        return CoreOperations(engine, names, on_corrupt, state.lock)
+            return ThreadOperations(engine, names, on_corrupt, keyring)
+        return CoreOperations(engine, names, on_corrupt, state.lock, keyring)
 
     @staticmethod
     def thread_runner_allowed(engine: AsyncEngine) -> bool:

@@ -54,6 +54,7 @@ from agents_memory._sqlalchemy._cancel import run_to_completion
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._faults import retry_delay
 from agents_memory._sqlalchemy._session import SQLAlchemySession
+from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE
 from agents_memory.models import BRANCH_ID_MAX_LENGTH, get_models
 
 if TYPE_CHECKING:
@@ -198,19 +199,15 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         on_corrupt: Any = "skip",  # noqa: ANN401 - OnCorrupt
         logger: logging.Logger | None = None,
     ) -> None:
-        tables = {
-            k: v
-            for k, v in (("sessions_table", sessions_table), ("messages_table", messages_table))
-            if v is not None
-        }
         super().__init__(
             session_id,
             engine=engine,
             create_tables=create_tables,
+            sessions_table=sessions_table or DEFAULT_SESSIONS_TABLE,
+            messages_table=messages_table or DEFAULT_MESSAGES_TABLE,
             session_settings=session_settings,
             ensure_ascii=ensure_ascii,
             on_corrupt=on_corrupt,
-            **tables,
         )
         if logger is not None:
             self._logger = logger
@@ -224,6 +221,12 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         owns_backend: bool,
         ensure_ascii: bool,
     ) -> None:
+        if backend.keyring is not None:
+            msg = (
+                "advanced sessions (turns, branches, usage) do not encrypt their items yet; "
+                "use store.session() on an encrypted store, or a store without encryption="
+            )
+            raise NotImplementedError(msg)
         super()._init(
             session_id,
             backend,

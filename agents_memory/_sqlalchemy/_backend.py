@@ -22,6 +22,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agents_memory._codec import OnCorrupt, decode_rows
+from agents_memory._crypto import Keyring
 from agents_memory._databases import pool as driver_pool
 from agents_memory._databases import sqlite as sqlite_module
 from agents_memory._databases.base import Database, Operations, Statements, observed
@@ -71,10 +72,16 @@ class Backend:
         *,
         create_tables: bool = False,
         on_corrupt: OnCorrupt = "skip",
+        encryption: Keyring | None = None,
     ) -> None:
         if on_corrupt not in ("skip", "raise"):
             msg = f"on_corrupt must be 'skip' or 'raise', got {on_corrupt!r}"
             raise ValueError(msg)
+        if encryption is not None and not isinstance(encryption, Keyring):
+            msg = f"encryption must be an agents_memory.Keyring, got {type(encryption).__name__}"
+            raise TypeError(msg)
+        self.keyring: Keyring | None = encryption
+        """Encrypts what is written and opens what is read (``None``: plaintext)."""
         self.engine = engine
         self.names = names
         self.on_corrupt: OnCorrupt = on_corrupt
@@ -136,7 +143,9 @@ class Backend:
         watched = observed(self.engine)
         ops = self._ops.get(watched)
         if ops is None:
-            ops = self._ops[watched] = self.db.operations(self.engine, self.names, self.on_corrupt)
+            ops = self._ops[watched] = self.db.operations(
+                self.engine, self.names, self.on_corrupt, self.keyring
+            )
         return ops
 
     def _needs_prepare(self) -> bool:
@@ -214,8 +223,10 @@ class Backend:
     # -- the protocol -------------------------------------------------------------------------
 
     async def add(self, session_id: str, data: Sequence[str]) -> None:
-        """Append already-encoded items in one transaction."""
+        """Append already-encoded items in one transaction (sealed first, with a keyring)."""
         if data:
+            if self.keyring is not None:
+                data = self.keyring.encrypt_all(list(data))
             await self._run(lambda ops: ops.add(session_id, data))
 
     async def get(self, session_id: str, limit: int | None) -> list[dict[str, Any]]:
@@ -230,9 +241,11 @@ class Backend:
         self, ops: Operations, session_id: str, limit: int | None
     ) -> list[dict[str, Any]]:
         if limit is None:
-            return decode_rows(await ops.everything(session_id), on_corrupt=self.on_corrupt)
+            return decode_rows(
+                await ops.everything(session_id), on_corrupt=self.on_corrupt, keyring=self.keyring
+            )
         rows = await ops.latest(session_id, limit)
-        items = decode_rows(reversed(rows), on_corrupt=self.on_corrupt)
+        items = decode_rows(reversed(rows), on_corrupt=self.on_corrupt, keyring=self.keyring)
         if len(items) < limit and len(rows) == limit:
             items = await self._refill(ops, session_id, items, limit, int(rows[-1][0]))
         return items
@@ -251,7 +264,10 @@ class Backend:
             rows = await ops.older(session_id, before, want)
             if not rows:
                 break
-            items = decode_rows(reversed(rows), on_corrupt=self.on_corrupt) + items
+            items = (
+                decode_rows(reversed(rows), on_corrupt=self.on_corrupt, keyring=self.keyring)
+                + items
+            )
             before = int(rows[-1][0])
             if len(rows) < want:
                 break
@@ -266,7 +282,7 @@ class Backend:
         after = -1
         while True:
             rows = await self._batch(session_id, after, batch_size)
-            for item in decode_rows(rows, on_corrupt=self.on_corrupt):
+            for item in decode_rows(rows, on_corrupt=self.on_corrupt, keyring=self.keyring):
                 yield item
             if len(rows) < batch_size:
                 return
@@ -303,12 +319,22 @@ class Backend:
         """
         return await self._run(lambda ops: ops.pop(session_id))
 
-    async def clear(self, session_id: str) -> bool:
-        """Delete the session row and all its items at once; True if the session existed."""
-        return await self._run(lambda ops: ops.clear(session_id))
+    async def clear(self, session_id: str, *, force: bool = False) -> bool:
+        """Delete the session row and all its items at once; True if the session existed.
+
+        Refused (the typed error, nothing deleted) when the keyring could not open
+        one of its encrypted items, unless ``force``.
+        """
+        return await self._run(lambda ops: ops.clear(session_id, checked=not force))
 
     async def replace(self, session_id: str, data: Sequence[str]) -> None:
-        """Swap the session's items for already-encoded ``data`` in one transaction."""
+        """Swap the session's items for already-encoded ``data`` in one transaction.
+
+        Sealed first with a keyring, as :meth:`add` does; a history holding items
+        the keyring cannot open is refused whole (the typed error), as a clear is.
+        """
+        if self.keyring is not None:
+            data = self.keyring.encrypt_all(list(data))
         await self._run(lambda ops: ops.replace(session_id, data))
 
     async def fork(self, session_id: str, new_session_id: str, skip: int | None) -> None:

@@ -44,6 +44,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import TypeEngine
 
 from agents_memory._codec import OnCorrupt, decode_row, encode_item
+from agents_memory._crypto import Keyring, is_envelope
 from agents_memory._errors import AgentsMemoryError
 from agents_memory._ids import check_sql_int, validate_session_id
 from agents_memory._migrations._runner import lock as table_set_lock
@@ -94,6 +95,10 @@ class ItemRecord:
 
     item: dict[str, Any]
     created_at: dt.datetime
+    sealed: str | None = None
+    """An encrypted row read without its key: the envelope, carried unchanged (``item`` is
+    then ``{}``). A copy or export of an encrypted store needs no key; the row is written
+    back exactly as it was stored."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -171,6 +176,17 @@ def _statements(names: TableNames, db: Any) -> _Statements:  # noqa: ANN401 - ty
     )
 
 
+def _stored_form(entry: ItemRecord, index: int, keyring: Keyring | None) -> str:
+    """What a record is stored as: a sealed one as it came, else encoded (and encrypted)."""
+    if entry.sealed is not None:
+        if not is_envelope(entry.sealed):
+            msg = f"item {index}: 'sealed' is not an encrypted envelope"
+            raise ValueError(msg)
+        return entry.sealed
+    data = encode_item(entry.item, index=index)
+    return data if keyring is None else keyring.encrypt(data)
+
+
 class Bulk:
     """Timestamp-preserving reads and batched writes for one store's backend."""
 
@@ -213,11 +229,18 @@ class Bulk:
             last = None
             row = lasts.get(int(last_id)) if last_id is not None else None
             if row is not None:
-                item = decode_row(row[1], row_id=row[0], on_corrupt=self._on_corrupt)
-                last = None if item is None else ItemRecord(item, row[2])
+                last = self._record(row[0], row[1], row[2])
             record = SessionRecord(sid, created, updated, meta if isinstance(meta, dict) else None)
             states.append(SessionState(record, int(count), last))
         return states
+
+    def _record(self, row_id: object, data: object, created: dt.datetime) -> ItemRecord | None:
+        """One row as a record: decoded (and decrypted, with a keyring), or sealed as stored."""
+        keyring = self._backend.keyring
+        if keyring is None and is_envelope(data):
+            return ItemRecord({}, created, sealed=str(data))
+        item = decode_row(data, row_id=row_id, on_corrupt=self._on_corrupt, keyring=keyring)
+        return None if item is None else ItemRecord(item, created)
 
     async def rows(self, session_id: str, *, batch_size: int) -> AsyncIterator[ItemRecord]:
         """Every item of a session with its time, oldest first, ``batch_size`` rows per read."""
@@ -231,9 +254,9 @@ class Bulk:
             async with self._backend.reading() as conn:
                 rows = (await conn.execute(self._st.rows_after, params)).all()
             for row_id, data, created in rows:
-                item = decode_row(data, row_id=row_id, on_corrupt=self._on_corrupt)
-                if item is not None:
-                    yield ItemRecord(item, created)
+                record = self._record(row_id, data, created)
+                if record is not None:
+                    yield record
             if len(rows) < batch_size:
                 return
             after = int(rows[-1][0])
@@ -265,9 +288,10 @@ class Bulk:
             )
             if write.replace:
                 replaced.append(sid)
+            keyring = self._backend.keyring
             for index, entry in enumerate(write.items):
                 try:
-                    data = encode_item(entry.item, index=index)
+                    data = _stored_form(entry, index, keyring)
                     created = naive_utc(entry.created_at, what=f"item {index} created_at")
                 except (TypeError, ValueError) as exc:
                     raise type(exc)(f"session {sid!r}: {exc}") from None

@@ -50,6 +50,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agents_memory._databases.base import check_heads, heads_where
 from agents_memory._ids import check_sql_int
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._faults import retry_delay
@@ -167,6 +168,15 @@ class _Pruner:
     async def _read(self, statement: Any, params: Mapping[str, Any]) -> Sequence[Any]:  # noqa: ANN401
         return await self.b.fetch(statement, {**self.params, **params})
 
+    async def _check_openable(self, conn: AsyncConnection, where: ColumnElement[bool]) -> None:
+        """Refuse (the typed error; this batch rolls back) to delete what the keyring can't open.
+
+        A prune, like a clear, never deletes an item because it could not be read:
+        a wrong or missing key stops the run with every row of the batch kept.
+        """
+        rows = (await conn.execute(heads_where(self.m, where), self.params)).all()
+        check_heads(rows, self.b.keyring)
+
     def _size(self) -> Any:  # noqa: ANN401
         return func.coalesce(func.sum(self.db.byte_length(self.m.c.message_data)), 0)
 
@@ -245,6 +255,7 @@ class _Pruner:
         if not mine:
             return
         still = select(s.session_id).where(s.session_id.in_(mine), self.doomed)
+        await self._check_openable(conn, m.session_id.in_(still))
         size_q = select(func.count(), self._size()).where(m.session_id.in_(still))
         _n, size = (await conn.execute(size_q, self.params)).one()
         items = await conn.execute(delete(self.m).where(m.session_id.in_(still)), self.params)
@@ -329,6 +340,7 @@ class _Pruner:
         where = and_(m.session_id == sid, condition)
         if keep_from is not None:
             where = and_(where, m.id < keep_from)
+        await self._check_openable(conn, where)
         size = (await conn.execute(select(self._size()).where(where), self.params)).scalar()
         result = await conn.execute(delete(self.m).where(where), self.params)
         n = int(result.rowcount)

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agents_memory._closing import AsyncClosing
 from agents_memory._codec import OnCorrupt, encode_items
+from agents_memory._crypto import Keyring
 from agents_memory._errors import SessionClosedError
 from agents_memory._ids import validate_session_id
 from agents_memory._protocol import (
@@ -37,7 +38,8 @@ class SQLAlchemySession(AsyncClosing, SessionBase):
     Pass ``engine=`` to share your application's engine (the session never closes
     it), or use :meth:`from_url` to let the session own one. For many
     conversations, prefer :class:`~agents_memory.SessionStore`, which hands out
-    sessions over one connection pool.
+    sessions over one connection pool. ``encryption=Keyring(...)`` encrypts items
+    before they are written and opens them on read (see :class:`~agents_memory.Keyring`).
     """
 
     def __init__(
@@ -51,10 +53,17 @@ class SQLAlchemySession(AsyncClosing, SessionBase):
         session_settings: SessionSettings | dict[str, Any] | None = None,
         ensure_ascii: bool = False,
         on_corrupt: OnCorrupt = "skip",
+        encryption: Keyring | None = None,
     ) -> None:
         names = TableNames(sessions_table, messages_table)
         settings = coerce_settings(session_settings)
-        backend = Backend(engine, names, create_tables=create_tables, on_corrupt=on_corrupt)
+        backend = Backend(
+            engine,
+            names,
+            create_tables=create_tables,
+            on_corrupt=on_corrupt,
+            encryption=encryption,
+        )
         self._init(session_id, backend, settings, owns_backend=True, ensure_ascii=ensure_ascii)
 
     def _init(

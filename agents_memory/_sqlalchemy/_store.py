@@ -10,7 +10,7 @@ import base64
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from sqlalchemy import Select, bindparam, func, or_, select, tuple_
@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agents_memory._closing import AsyncClosing
 from agents_memory._codec import OnCorrupt
+from agents_memory._crypto import Keyring
 from agents_memory._ids import MAX_PAGE_SIZE, check_sql_int, validate_session_id
 from agents_memory._protocol import coerce_settings
 from agents_memory._sqlalchemy._advanced import AdvancedSQLAlchemySession
@@ -26,6 +27,7 @@ from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._metadata import FilterValue, metadata_filter
 from agents_memory._sqlalchemy._prune import PruneReport, prune, utcnow
+from agents_memory._sqlalchemy._rotate import KeyRotationReport, rotate
 from agents_memory._sqlalchemy._session import SQLAlchemySession
 from agents_memory._sqlalchemy._stats import StoreStats, store_stats
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
@@ -96,7 +98,11 @@ def backend_of(store: SessionStore) -> Backend:
 
 
 class SessionStore(AsyncClosing):
-    """Sessions over one engine and one table-name set, plus listing and deletion."""
+    """Sessions over one engine and one table-name set, plus listing and deletion.
+
+    ``encryption=Keyring(...)`` encrypts every session's items at rest (metadata
+    stays plaintext, for filtering); :meth:`rotate_keys` moves them to a new key.
+    """
 
     def __init__(
         self,
@@ -108,9 +114,16 @@ class SessionStore(AsyncClosing):
         session_settings: SessionSettings | dict[str, Any] | None = None,
         on_corrupt: OnCorrupt = "skip",
         ensure_ascii: bool = False,
+        encryption: Keyring | None = None,
     ) -> None:
         names = TableNames(sessions_table, messages_table)
-        self._backend = Backend(engine, names, create_tables=create_tables, on_corrupt=on_corrupt)
+        self._backend = Backend(
+            engine,
+            names,
+            create_tables=create_tables,
+            on_corrupt=on_corrupt,
+            encryption=encryption,
+        )
         self.session_settings: SessionSettings | None = coerce_settings(session_settings)
         self.ensure_ascii = ensure_ascii
 
@@ -297,9 +310,38 @@ class SessionStore(AsyncClosing):
         await self._backend.fork(source, target, skip)
         return self.session(target)
 
-    async def delete_session(self, session_id: str) -> bool:
-        """Delete a session and all its items; ``True`` if it existed."""
-        return await self._backend.clear(validate_session_id(session_id))
+    async def delete_session(self, session_id: str, *, force: bool = False) -> bool:
+        """Delete a session and all its items; ``True`` if it existed.
+
+        A session holding encrypted items this store's keyring cannot open (or any,
+        without a keyring) is refused with :class:`~agents_memory.DecryptionError`
+        and left whole; ``force=True`` deletes it anyway (a key that is lost for good).
+        """
+        return await self._backend.clear(validate_session_id(session_id), force=force)
+
+    @property
+    def encryption(self) -> Keyring | None:
+        """The keyring items are encrypted with (``None``: stored as plaintext JSON)."""
+        return self._backend.keyring
+
+    async def rotate_keys(
+        self,
+        to: str,
+        *,
+        batch_size: int = 500,
+        dry_run: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> KeyRotationReport:
+        """Re-encrypt every item not under key ``to`` (plaintext items too), in short batches.
+
+        Safe while the application writes (a row changed since it was read is left
+        alone), resumable after any interruption (run it again), and never
+        encrypts twice. ``dry_run`` only counts the items left. ``progress`` is
+        called with the number of rows each batch examined.
+        """
+        return await rotate(
+            self._backend, to, batch_size=batch_size, dry_run=dry_run, progress=progress
+        )
 
     async def prune(
         self,

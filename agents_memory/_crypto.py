@@ -1,0 +1,276 @@
+"""Encryption at rest: the :class:`Keyring` and the envelope a stored item is sealed in.
+
+An encrypted row's ``message_data`` is text (the existing column: no schema change)::
+
+    am1:<key id>:<key check>:<base64(nonce || AES-GCM ciphertext and tag)>
+
+* ``am1`` names the format; JSON items always start with ``{``, so a row is an
+  envelope exactly when it starts with ``am`` followed by a digit and a colon
+  (``ENVELOPE_MARK``), and plaintext and encrypted rows can live side by side.
+* the key id says which key of the keyring opens it;
+* the key check is 6 bytes of ``HMAC-SHA256(key, "agents_memory key check")``: a
+  keyring holding the id but *another* key is told apart before anything is
+  decrypted or deleted (a wrong key is never mistaken for a corrupt row);
+* the body is standard base64 (1.33x the ciphertext). Hex decodes about four
+  times faster in CPython, but doubles the row: on Postgres an ~840-byte item then
+  crosses the TOAST threshold, and end to end (``benchmarks/encryption.py``) the
+  two were within the machine's noise, so the smaller rows won;
+* the header (``am1:<id>:<check>``) is the AES-GCM associated data. The session id
+  is deliberately **not** bound: ``fork`` and ``copy`` carry rows to other
+  session ids, and must not need a key to do it. Whoever can rewrite rows can
+  also delete them; what encryption at rest protects is what the rows say.
+
+Keys are 32 random bytes (AES-256), given raw or url-safe base64 as
+``cryptography.fernet.Fernet.generate_key()`` makes them. No message, ``repr`` or
+log line ever holds key material: errors name the key id only.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import os
+import re
+from binascii import a2b_base64, b2a_base64
+from collections.abc import Mapping
+from typing import Any
+
+from agents_memory._errors import DecryptionError, MissingKeyError
+
+FORMAT = "am1"
+"""The envelope format this version writes (and the only one it reads)."""
+ENVELOPE_MARK = "am"
+"""What every envelope starts with; a JSON object never does."""
+_ENVELOPE = re.compile(r"am\d+:")
+_KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_CHECK_INFO = b"agents_memory key check"
+_NONCE_BYTES = 12
+KEY_BYTES = 32
+
+
+def _aesgcm() -> Any:  # noqa: ANN401 - cryptography's class, imported on first use
+    """AES-GCM from ``cryptography``, or an error naming the extra that installs it."""
+    try:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: PLC0415
+    except ModuleNotFoundError as exc:
+        msg = (
+            "encryption needs the cryptography package, which is not installed: "
+            "pip install 'agents-memory[encryption]'"
+        )
+        raise ModuleNotFoundError(msg, name="cryptography") from exc
+    return AESGCM
+
+
+def _key_bytes(key_id: str, key: object) -> bytes:
+    """32 raw bytes from ``key`` (raw, or url-safe base64 of 32 bytes); never echoes the key."""
+    if isinstance(key, str):
+        try:
+            key = key.encode("ascii")
+        except UnicodeEncodeError:
+            msg = f"key {key_id!r} is not url-safe base64 (it has non-ASCII characters)"
+            raise ValueError(msg) from None
+    if not isinstance(key, bytes | bytearray):
+        msg = f"key {key_id!r} must be bytes or str, got {type(key).__name__}"
+        raise TypeError(msg)
+    raw = bytes(key)
+    if len(raw) == KEY_BYTES:
+        return raw
+    stripped = raw.rstrip(b"=")
+    try:
+        decoded = base64.urlsafe_b64decode(stripped + b"=" * (-len(stripped) % 4))
+    except (binascii.Error, ValueError):
+        decoded = b""
+    if base64.urlsafe_b64encode(decoded).rstrip(b"=") != stripped:
+        decoded = b""  # not canonical base64 (stray characters, standard alphabet, trailing data)
+    if len(decoded) != KEY_BYTES:
+        msg = (
+            f"key {key_id!r} must be {KEY_BYTES} random bytes, raw or url-safe base64 "
+            '(make one with: python -c "from agents_memory import Keyring; '
+            'print(Keyring.generate_key())")'
+        )
+        raise ValueError(msg)
+    return decoded
+
+
+def is_envelope(data: object) -> bool:
+    """Whether a stored value is an encrypted envelope (of any format version)."""
+    return isinstance(data, str) and data.startswith(ENVELOPE_MARK) and bool(_ENVELOPE.match(data))
+
+
+def envelope_key_id(data: str) -> str:
+    """The key id an envelope names (``?`` when it is too damaged to say)."""
+    parts = data.split(":", 3)
+    return parts[1] if len(parts) == 4 else "?"  # noqa: PLR2004 - format, id, check, body
+
+
+class Keyring:
+    """Named AES-256-GCM keys: reads open rows under any of them, writes use ``current``.
+
+    ``Keyring({"2026-11": old_key, "2026-12": new_key}, current="2026-12")``. Key
+    ids are 1-64 characters of letters, digits, ``.``, ``_`` and ``-`` (they are
+    stored in every envelope, so pick dates or counters, not secrets).
+    """
+
+    __slots__ = ("_aad", "_ciphers", "_current", "_headers")
+
+    def __init__(self, keys: Mapping[str, bytes | str], current: str) -> None:
+        if not isinstance(keys, Mapping) or not keys:
+            msg = "keys must be a non-empty mapping of key id to key"
+            raise ValueError(msg)
+        aesgcm = _aesgcm()
+        ciphers: dict[str, Any] = {}
+        headers: dict[str, str] = {}
+        for key_id, key in keys.items():
+            if not isinstance(key_id, str) or not _KEY_ID.fullmatch(key_id):
+                msg = f"key id {key_id!r} must be 1-64 characters of letters, digits, '.', '_', '-'"
+                raise ValueError(msg)
+            raw = _key_bytes(key_id, key)
+            check = hmac.new(raw, _CHECK_INFO, hashlib.sha256).digest()[:6]
+            headers[key_id] = f"{FORMAT}:{key_id}:{base64.urlsafe_b64encode(check).decode()}"
+            ciphers[key_id] = aesgcm(raw)
+        if current not in ciphers:
+            msg = f"current key id {current!r} is not one of the keyring's ids {sorted(ciphers)}"
+            raise ValueError(msg)
+        self._ciphers = ciphers
+        self._headers = headers
+        self._aad = {key_id: header.encode() for key_id, header in headers.items()}
+        self._current = current
+
+    @staticmethod
+    def generate_key() -> str:
+        """A new random key, url-safe base64 (the form ``Fernet.generate_key()`` has)."""
+        return base64.urlsafe_b64encode(os.urandom(KEY_BYTES)).decode("ascii")
+
+    @property
+    def current(self) -> str:
+        """The id of the key new items are written under."""
+        return self._current
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        """Every key id this keyring can read."""
+        return tuple(self._ciphers)
+
+    def with_current(self, key_id: str) -> Keyring:
+        """The same keys, writing under ``key_id`` (what ``rotate`` encrypts to)."""
+        if key_id not in self._ciphers:
+            msg = f"key id {key_id!r} is not in the keyring (it has {sorted(self._ciphers)})"
+            raise MissingKeyError(msg, key_id=key_id)
+        other = Keyring.__new__(Keyring)
+        other._ciphers = self._ciphers  # noqa: SLF001 - same class
+        other._headers = self._headers  # noqa: SLF001
+        other._aad = self._aad  # noqa: SLF001
+        other._current = key_id  # noqa: SLF001
+        return other
+
+    def header(self, key_id: str | None = None) -> str:
+        """``am1:<id>:<check>``: how envelopes under ``key_id`` (default: current) begin."""
+        return self._headers[self._current if key_id is None else key_id]
+
+    def __repr__(self) -> str:
+        return f"Keyring(key_ids={sorted(self._ciphers)!r}, current={self._current!r})"
+
+    # -- sealing ------------------------------------------------------------------------------
+
+    def encrypt(self, text: str) -> str:
+        """Seal one encoded item under the current key."""
+        key_id = self._current
+        nonce = os.urandom(_NONCE_BYTES)
+        sealed = self._ciphers[key_id].encrypt(nonce, text.encode(), self._aad[key_id])
+        return f"{self._headers[key_id]}:{b2a_base64(nonce + sealed, newline=False).decode()}"
+
+    def encrypt_all(self, data: list[str]) -> list[str]:
+        """Seal a batch of encoded items."""
+        key_id = self._current
+        cipher, aad, header = self._ciphers[key_id], self._aad[key_id], self._headers[key_id]
+        out = []
+        for text in data:
+            nonce = os.urandom(_NONCE_BYTES)
+            sealed = cipher.encrypt(nonce, text.encode(), aad)
+            out.append(f"{header}:{b2a_base64(nonce + sealed, newline=False).decode()}")
+        return out
+
+    def check(self, data: str, *, row_id: object = "?") -> None:
+        """Raise the typed error :meth:`decrypt` would for a key this keyring lacks, or a wrong one.
+
+        No decryption: a look at the header. What a delete (clear) checks first.
+        """
+        header, _, _ = data.rpartition(":")
+        key_id = envelope_key_id(data)
+        if not data.startswith(f"{FORMAT}:"):
+            msg = (
+                f"stored item {row_id} is in an encryption format this version does not read "
+                f"({data.split(':', 1)[0]!r}); upgrade agents-memory"
+            )
+            raise DecryptionError(msg, key_id=key_id)
+        known = self._headers.get(key_id)
+        if known is None:
+            msg = (
+                f"stored item {row_id} is encrypted under key id {key_id!r}, which is not in "
+                f"the keyring (it has {sorted(self._headers)}); add that key to the keyring"
+            )
+            raise MissingKeyError(msg, key_id=key_id)
+        if header != known:
+            msg = (
+                f"stored item {row_id} is encrypted under key id {key_id!r}, but the keyring's "
+                f"key {key_id!r} is a different key; supply the key it was written with"
+            )
+            raise DecryptionError(msg, key_id=key_id)
+
+    def decrypt(self, data: str, *, row_id: object = "?") -> str:
+        """Open one envelope; the typed error names the key id (and never the key)."""
+        parts = data.split(":", 3)
+        if len(parts) == 4:  # noqa: PLR2004 - format, id, check, body
+            key_id = parts[1]
+            header = self._headers.get(key_id)
+            if header is not None and data.startswith(header) and data[len(header)] == ":":
+                try:
+                    blob = a2b_base64(parts[3], strict_mode=True)
+                    plain: bytes = self._ciphers[key_id].decrypt(
+                        blob[:_NONCE_BYTES], blob[_NONCE_BYTES:], self._aad[key_id]
+                    )
+                    return plain.decode()
+                except (ValueError, binascii.Error, _invalid_tag()):
+                    msg = (
+                        f"stored item {row_id} under key id {key_id!r} failed authentication: "
+                        "it was altered or damaged after it was written"
+                    )
+                    raise DecryptionError(msg, key_id=key_id) from None
+        self.check(data, row_id=row_id)  # raises: the header names no key of ours
+        msg = f"stored item {row_id} is not an encrypted envelope this version reads"
+        raise DecryptionError(msg, key_id=envelope_key_id(data))
+
+
+def _invalid_tag() -> type[Exception]:
+    """``cryptography``'s authentication failure (installed: a keyring exists)."""
+    from cryptography.exceptions import InvalidTag  # noqa: PLC0415
+
+    return InvalidTag
+
+
+def no_keyring_error(data: str, *, row_id: object) -> MissingKeyError:
+    """What a store without encryption raises on an encrypted row (instead of ciphertext)."""
+    key_id = envelope_key_id(data)
+    msg = (
+        f"stored item {row_id} is encrypted (key id {key_id!r}) but this store was opened "
+        "without encryption: pass encryption=Keyring(...) holding that key"
+    )
+    return MissingKeyError(msg, key_id=key_id)
+
+
+def open_envelope(data: str, keyring: Keyring | None, *, row_id: object) -> str:
+    """The encoded item inside ``data``, or the typed error why it cannot be had."""
+    if keyring is None:
+        raise no_keyring_error(data, row_id=row_id)
+    return keyring.decrypt(data, row_id=row_id)
+
+
+def check_deletable(data: object, keyring: Keyring | None, *, row_id: object) -> None:
+    """Refuse to delete an envelope this keyring could not open (a plaintext row passes)."""
+    if not is_envelope(data):
+        return
+    if keyring is None:
+        raise no_keyring_error(str(data), row_id=row_id)
+    keyring.check(str(data), row_id=row_id)

@@ -1,0 +1,159 @@
+"""Key rotation: re-encrypt every stored item not under the target key, in short batches.
+
+Each batch is read by keyset (message id, ascending, only rows not already under
+the target key) and written back in its own transaction, as one ``executemany``
+of ``UPDATE … WHERE id = :id AND message_data = :old``: a row the application
+popped, cleared or rewrote since it was read is left alone (counted as
+``changed``), so rotating while the application writes loses nothing and never
+overwrites a newer value. Every row is decrypted to its plaintext first and
+sealed once under the target key: nothing is ever encrypted twice.
+
+Killed at any point, a rotation loses nothing (an uncommitted batch is rolled
+back whole) and a new run resumes where it stopped: rows already under the
+target key no longer match the scan's filter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import Update, bindparam, func, select, update
+
+from agents_memory._crypto import Keyring, is_envelope
+from agents_memory._ids import check_sql_int
+from agents_memory._sqlalchemy._backend import Backend
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KeyRotationReport:
+    """What :meth:`SessionStore.rotate_keys` did (or, with ``dry_run``, would do)."""
+
+    target: str
+    """The key id every item is now (or would be) encrypted under."""
+    dry_run: bool
+    rotated: int = 0
+    """Items re-encrypted (plaintext items included)."""
+    changed: int = 0
+    """Items changed or removed by someone else between read and write: left as they were."""
+    batches: int = 0
+    remaining: int = 0
+    """Items not under the target key after the run (for ``dry_run``: before it)."""
+
+
+def _needs_rotation(backend: Backend, target_head: str) -> Any:  # noqa: ANN401 - a clause
+    data = backend.st.messages.c.message_data
+    return func.substr(data, 1, len(target_head)) != target_head
+
+
+async def count_pending(backend: Backend, keyring: Keyring, to: str) -> int:
+    """How many stored items are not yet encrypted under key ``to``."""
+    messages = backend.st.messages
+    head = keyring.header(to) + ":"
+    query = select(func.count()).select_from(messages).where(_needs_rotation(backend, head))
+    rows = await backend.fetch(query)
+    return int(rows[0][0])
+
+
+def _reseal(keyring: Keyring, row_id: object, data: object) -> str | None:
+    """The row sealed under ``keyring.current``; ``None`` for a value that is not text.
+
+    A plaintext row is encrypted as it is, valid item or not (a corrupt row may
+    still hold what a user said); an envelope is opened first (the typed error if
+    the keyring lacks its key) and its plaintext sealed once.
+    """
+    if not isinstance(data, str):
+        return None  # invalid UTF-8 written behind our back: not text, left as it is
+    text = keyring.decrypt(data, row_id=row_id) if is_envelope(data) else data
+    return keyring.encrypt(text)
+
+
+async def _write_batch(
+    backend: Backend,
+    write: Update,
+    keyring: Keyring,
+    rows: Sequence[Any],
+) -> tuple[int, int]:
+    """Re-seal ``rows`` in one short transaction; ``(rows written, rows tried)``.
+
+    The updates go as one ``executemany`` (pipelined by the driver); how many
+    applied is counted in the same transaction: the batch's rows now under the
+    target key (a row someone changed meanwhile kept its value, so it is not).
+    """
+    updates = []
+    for row_id, data in rows:
+        sealed = _reseal(keyring, row_id, data)
+        if sealed is not None:
+            updates.append({"rid": row_id, "old": data, "new": sealed})
+    if not updates:
+        return 0, 0
+    c = backend.st.messages.c
+    head = keyring.header() + ":"
+    applied = (
+        select(func.count())
+        .select_from(backend.st.messages)
+        .where(
+            c.id.in_(bindparam("ids", expanding=True)),
+            func.substr(c.message_data, 1, len(head)) == head,
+        )
+    )
+    async with backend.transaction() as conn:
+        await conn.execute(write, updates)
+        done = (await conn.execute(applied, {"ids": [u["rid"] for u in updates]})).scalar_one()
+    return int(done), len(updates)
+
+
+async def rotate(
+    backend: Backend,
+    to: str,
+    *,
+    batch_size: int = 500,
+    dry_run: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> KeyRotationReport:
+    """Re-encrypt every item not under ``to`` (see the module docstring)."""
+    if backend.keyring is None:
+        msg = "key rotation needs a keyring: open the store with encryption=Keyring(...)"
+        raise ValueError(msg)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        msg = f"batch_size must be an int >= 1, got {batch_size!r}"
+        raise ValueError(msg)
+    check_sql_int("batch_size", batch_size)
+    keyring = backend.keyring.with_current(to)
+    if dry_run:
+        left = await count_pending(backend, keyring, to)
+        return KeyRotationReport(target=to, dry_run=True, remaining=left)
+    messages = backend.st.messages
+    c = messages.c
+    head = keyring.header(to) + ":"
+    scan = (
+        select(c.id, c.message_data)
+        .where(c.id > bindparam("after"), _needs_rotation(backend, head))
+        .order_by(c.id)
+        .limit(bindparam("n"))
+    )
+    write = (
+        update(messages)
+        .where(c.id == bindparam("rid"), c.message_data == bindparam("old"))
+        .values(message_data=bindparam("new"))
+    )
+    rotated = changed = batches = 0
+    after = -1
+    while True:
+        rows = await backend.fetch(scan, {"after": after, "n": batch_size})
+        if not rows:
+            break
+        done, tried = await _write_batch(backend, write, keyring, rows)
+        rotated += done
+        changed += tried - done
+        batches += 1
+        if progress is not None:
+            progress(len(rows))
+        after = int(rows[-1][0])
+        if len(rows) < batch_size:
+            break
+    left = await count_pending(backend, keyring, to)
+    return KeyRotationReport(
+        target=to, dry_run=False, rotated=rotated, changed=changed, batches=batches, remaining=left
+    )
