@@ -42,6 +42,7 @@ KeysFileOption = Annotated[
     Path | None,
     typer.Option(
         "--keys-file",
+        metavar="FILE",
         help=f"File of encryption keys, one id=key per line (else ${KEYS_FILE_ENV} / ${KEYS_ENV}).",
         dir_okay=False,
         show_default=False,
@@ -62,6 +63,12 @@ app = typer.Typer(
     name="keys",
     help="Encryption at rest: re-encrypt stored items under a new key. " + KEYS_HELP,
     no_args_is_help=True,
+    epilog=(
+        "Examples:\n\n"
+        "  AGENTS_MEMORY_KEYS_FILE=/run/secrets/keys agents-memory keys rotate --to 2026-12 "
+        "--dry-run\n\n"
+        "  agents-memory keys rotate --to 2026-12 --keys-file /run/secrets/keys --json"
+    ),
 )
 
 
@@ -75,14 +82,26 @@ app = typer.Typer(
 def rotate(
     ctx: typer.Context,
     to: Annotated[
-        str, typer.Option("--to", help="Key id to re-encrypt every item under.", show_default=False)
+        str,
+        typer.Option(
+            "--to",
+            metavar="KEY_ID",
+            help="Key id to re-encrypt every item under.",
+            show_default=False,
+        ),
     ],
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Only count the items not yet under that key.")
     ] = False,
     batch_size: Annotated[
         int,
-        typer.Option("--batch-size", min=1, max=10_000, help="Items per read and per transaction."),
+        typer.Option(
+            "--batch-size",
+            min=1,
+            max=10_000,
+            metavar="N",
+            help="Items per read and per transaction.",
+        ),
     ] = 500,
     keys_file: KeysFileOption = None,
     url: UrlOption = None,

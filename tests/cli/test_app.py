@@ -28,6 +28,8 @@ COMMANDS = [
     ["sessions", "delete"],
     ["sessions", "stats"],
     ["sessions", "prune"],
+    ["keys"],
+    ["keys", "rotate"],
     ["export"],
     ["import"],
     ["copy"],
