@@ -8,6 +8,10 @@ popped, cleared or rewrote since it was read is left alone (counted as
 overwrites a newer value. Every row is decrypted to its plaintext first and
 sealed once under the target key: nothing is ever encrypted twice.
 
+A run re-encrypts the rows that exist when it starts (ids up to the newest then),
+so it ends even while the application keeps appending under an old key; such
+later rows are counted in ``remaining`` and taken by the next run.
+
 Killed at any point, a rotation loses nothing (an uncommitted batch is rolled
 back whole) and a new run resumes where it stopped: rows already under the
 target key no longer match the scan's filter.
@@ -129,7 +133,7 @@ async def rotate(
     head = keyring.header(to) + ":"
     scan = (
         select(c.id, c.message_data)
-        .where(c.id > bindparam("after"), _needs_rotation(backend, head))
+        .where(c.id > bindparam("after"), c.id <= bindparam("upto"), _needs_rotation(backend, head))
         .order_by(c.id)
         .limit(bindparam("n"))
     )
@@ -140,8 +144,13 @@ async def rotate(
     )
     rotated = changed = batches = 0
     after = -1
+    # The rows there are when the run starts: an application appending under an old key
+    # meanwhile would otherwise keep the scan chasing new ids for ever. What it writes
+    # after this is counted in ``remaining``; the next run takes it.
+    newest = await backend.fetch(select(func.max(c.id)))
+    upto = newest[0][0] if newest and newest[0][0] is not None else -1
     while True:
-        rows = await backend.fetch(scan, {"after": after, "n": batch_size})
+        rows = await backend.fetch(scan, {"after": after, "upto": upto, "n": batch_size})
         if not rows:
             break
         done, tried = await _write_batch(backend, write, keyring, rows)
