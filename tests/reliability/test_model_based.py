@@ -18,7 +18,8 @@ from _support import Ledger, fresh_names, open_store, scaled
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
-from sqlalchemy import text
+from sqlalchemy import MetaData, Table
+from sqlalchemy.schema import DropTable
 
 from agents_memory import SessionStore
 
@@ -165,8 +166,9 @@ def test_store_agrees_with_a_list_model(backend: Any, ledger: Ledger) -> None:
             async def cleanup() -> None:
                 if backend.kind != "sqlite":
                     async with store.engine.begin() as conn:
-                        for table in reversed(names.tables):
-                            await conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
+                        # every table of the set, children first, and its version table
+                        for table in (*reversed(names.tables), names.version_table):
+                            await conn.execute(DropTable(Table(table, MetaData()), if_exists=True))
                 await store.close()
 
             runner.run(cleanup())
