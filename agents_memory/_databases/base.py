@@ -120,6 +120,8 @@ class Statements:
     """The first characters of each encrypted row of a session (``sid``): what a clear checks."""
     pop_plain: Executable | None = None
     """Postgres: the one-statement pop, deleting the newest row only if it is not encrypted."""
+    clear_plain: Executable | None = None
+    """Postgres: the one-statement clear, only for a session holding no encrypted row."""
 
 
 HEAD_CHARS = 120

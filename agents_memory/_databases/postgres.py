@@ -372,6 +372,9 @@ class Operations(RowReads):
             rows = await self._runner.write(lambda ex: ex.rows("clear", params), single=True)
             return bool(rows)
 
+        if await self._runner.write(lambda ex: ex.rows("clear_plain", params), single=True):
+            return True  # no encrypted row: nothing to check (one statement)
+
         async def body(ex: Executor) -> bool:
             check_heads(await ex.rows("select_heads", params), keyring)
             return bool(await ex.rows("clear", params))
@@ -479,6 +482,23 @@ class Postgres(Database):
             .returning(sessions.c.session_id)
             .add_cte(gone)
         )
+        # The same, only for a session holding no encrypted row: nothing to check, so a
+        # clear stays one statement; otherwise it deletes nothing and the checked clear runs.
+        sealed = (
+            select(messages.c.id)
+            .where(
+                messages.c.session_id == sid,
+                func.substr(messages.c.message_data, 1, 2) == ENVELOPE_MARK,
+            )
+            .exists()
+        )
+        gone_plain = delete(messages).where(messages.c.session_id == sid, ~sealed).cte("m")
+        clear_plain = (
+            delete(sessions)
+            .where(sessions.c.session_id == sid, ~sealed)
+            .returning(sessions.c.session_id)
+            .add_cte(gone_plain)
+        )
         return Statements(
             **{
                 **{f: getattr(base, f) for f in base.__dataclass_fields__},
@@ -486,6 +506,7 @@ class Postgres(Database):
                 "pop_plain": pop.where(func.substr(messages.c.message_data, 1, 2) != ENVELOPE_MARK),
                 "append": append,
                 "clear": clear,
+                "clear_plain": clear_plain,
                 "replace_rows": replace_rows,
                 "share_source": select(sessions.c.session_id)
                 .where(sessions.c.session_id == sid)
