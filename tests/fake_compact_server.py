@@ -15,11 +15,13 @@ import json
 import threading
 import time
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from local_http import LocalHTTPServer
 
-class FakeCompactServer:
+
+class FakeCompactServer(LocalHTTPServer):
     """``POST /v1/responses/compact`` on a free port of 127.0.0.1."""
 
     def __init__(self) -> None:
@@ -27,27 +29,7 @@ class FakeCompactServer:
         self.delay = 0.0
         """Seconds the server waits before answering."""
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    @property
-    def base_url(self) -> str:
-        """What to pass as the client's ``base_url``."""
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def start(self) -> None:
-        """Serve in a background thread."""
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop serving and release the port."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
+        super().__init__(_handler_for(self))
 
     def compact(self, body: Any) -> tuple[int, Any]:
         """The endpoint: a summary of the input items as the compacted output."""

@@ -21,9 +21,11 @@ import time
 import uuid
 from collections.abc import Callable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
+
+from local_http import LocalHTTPServer
 
 MAX_ITEMS_PER_CREATE = 20
 MAX_PAGE_SIZE = 100
@@ -98,7 +100,7 @@ def _stored(item: Any, index: int) -> dict[str, Any]:
     return stored
 
 
-class FakeConversationsServer:
+class FakeConversationsServer(LocalHTTPServer):
     """The Conversations API endpoints, in memory, on a free port of 127.0.0.1."""
 
     def __init__(self) -> None:
@@ -108,27 +110,7 @@ class FakeConversationsServer:
         """Seconds ``POST /conversations`` waits before answering (widens race windows)."""
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    @property
-    def base_url(self) -> str:
-        """What to pass as the client's ``base_url``."""
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def start(self) -> None:
-        """Serve in a background thread."""
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop serving and release the port."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
+        super().__init__(_handler_for(self))
 
     # -- what tests use -------------------------------------------------------------------------
 
