@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import functools
 import os
 import sqlite3
@@ -34,7 +35,11 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 from agents_memory._codec import decode_rows, encode_items
 from agents_memory._crypto import Keyring
 from agents_memory._databases import sqlite as lite
-from agents_memory._errors import DatabaseConnectionError, SessionClosedError
+from agents_memory._errors import (
+    DatabaseConnectionError,
+    SchemaNotReadyError,
+    SessionClosedError,
+)
 from agents_memory._ids import validate_session_id
 from agents_memory._protocol import (
     SessionBase,
@@ -42,6 +47,7 @@ from agents_memory._protocol import (
     resolve_limit,
     writes_overridden,
 )
+from agents_memory._sqlalchemy._timestamps import check_ttl, utcnow
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 from agents_memory.models import REVISION
 
@@ -115,7 +121,10 @@ def _snapshot(conn: sqlite3.Connection) -> Iterator[None]:
 
 
 def _connect(path: str, names: TableNames, write_lock: threading.Lock) -> sqlite3.Connection:
-    """Open and configure a connection, and create the tables if they do not exist yet."""
+    """Open and configure a connection, and create the tables if they do not exist yet.
+
+    (Whether they have ``expires_at`` is asked next: :func:`lite.has_expiry`.)
+    """
     # isolation_level=None: no implicit BEGINs; transactions are exactly ours (_snapshot and
     # the SQLite module's write transactions).
     conn = sqlite3.connect(
@@ -157,7 +166,10 @@ class SQLiteSession(SessionBase):
     when the first write fails, and a bad path fails here rather than later.
 
     ``encryption=Keyring(...)`` encrypts items before they are written and opens
-    them on read (see :class:`~agents_memory.Keyring`).
+    them on read (see :class:`~agents_memory.Keyring`). ``ttl=timedelta(...)``:
+    each write moves the session's deadline to that long from now; once it has
+    passed the session reads as empty and its next write starts it afresh (as
+    ``SessionStore(ttl=)`` does; tables created without migrations cannot).
     """
 
     def __init__(
@@ -169,8 +181,10 @@ class SQLiteSession(SessionBase):
         session_settings: SessionSettings | dict[str, Any] | None = None,
         *,
         encryption: Keyring | None = None,
+        ttl: dt.timedelta | None = None,
     ) -> None:
         names = TableNames(sessions_table, messages_table)
+        self._ttl = check_ttl(ttl)
         if encryption is not None and not isinstance(encryption, Keyring):
             msg = f"encryption must be an agents_memory.Keyring, got {type(encryption).__name__}"
             raise TypeError(msg)
@@ -183,6 +197,8 @@ class SQLiteSession(SessionBase):
         self._names = names
         self._path = _database_path(db_path)
         self._sql = lite.compiled(names)
+        self._expiry = False
+        """Whether the tables have ``expires_at``: the statements run are that variant."""
         self._file_lock = _file_lock(self._path)  # held, so every session on the file shares it
         self._write_lock = self._file_lock.lock
         self._guard = threading.Lock()
@@ -232,6 +248,16 @@ class SQLiteSession(SessionBase):
                     raise
                 msg = f"cannot open the SQLite database {self._path!r} ({exc}); {advice}"
                 raise DatabaseConnectionError(msg) from exc
+            self._expiry = lite.has_expiry(conn, self._names)
+            self._sql = lite.compiled(self._names, self._expiry)
+            if self._ttl is not None and not self._expiry:
+                self._close_in_worker()
+                msg = (
+                    f"ttl= needs the expires_at column, which the tables {self._names.sessions}/"
+                    f"{self._names.messages} in {self._path!r} (created without migrations) do "
+                    "not have; run `agents-memory db upgrade` on the file"
+                )
+                raise SchemaNotReadyError(msg)
         return operation(conn)
 
     def _close_in_worker(self) -> None:
@@ -291,10 +317,16 @@ class SQLiteSession(SessionBase):
         """Run ``job`` in a write transaction, grouped with other sessions' writes on the file."""
         return self._file_lock.writes.run(self._write_lock, conn, job, size)
 
+    def _deadline(self) -> str | None:
+        """The deadline a write gives the session (``ttl`` from now), as SQLite text."""
+        return None if self._ttl is None else lite.stamp(utcnow() + self._ttl)
+
     def _add(self, data: list[str], conn: sqlite3.Connection) -> None:
-        sql, sid = self._sql, self.session_id
+        sql, sid, expiry, expires = self._sql, self.session_id, self._expiry, self._deadline()
         self._write(
-            conn, lambda c: lite.add_body(lite.LiteExecutor(c, sql), sid, data), sum(map(len, data))
+            conn,
+            lambda c: lite.add_body(lite.LiteExecutor(c, sql), sid, data, expires, expiry=expiry),
+            sum(map(len, data)),
         )
 
     async def pop_item(self) -> TResponseInputItem | None:
@@ -335,9 +367,10 @@ class SQLiteSession(SessionBase):
         sql, sid, keyring = self._sql, self.session_id, self._keyring
         if keyring is not None:
             data = keyring.encrypt_all(data)
+        expires = self._deadline()
         self._write(
             conn,
-            lambda c: lite.replace_body(lite.LiteExecutor(c, sql), sid, data, keyring),
+            lambda c: lite.replace_body(lite.LiteExecutor(c, sql), sid, data, keyring, expires),
             sum(map(len, data)),
         )
 

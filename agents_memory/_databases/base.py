@@ -35,10 +35,14 @@ from sqlalchemy import (
     ColumnElement,
     Executable,
     Table,
+    and_,
     bindparam,
+    case,
     delete,
+    exists,
     func,
     insert,
+    null,
     select,
 )
 from sqlalchemy.engine import URL, Connection, Dialect, Engine
@@ -122,6 +126,10 @@ class Statements:
     """Postgres: the one-statement pop, deleting the newest row only if it is not encrypted."""
     clear_plain: Executable | None = None
     """Postgres: the one-statement clear, only for a session holding no encrypted row."""
+    drop_expired: Executable | None = None
+    """Expiry variant: the items of ``sid`` if its deadline has passed (a write starts afresh)."""
+    restart_session: Executable | None = None
+    """MySQL's expiry variant: an expired row of ``sid`` started afresh (``expires``, its time)."""
 
 
 HEAD_CHARS = 120
@@ -161,6 +169,41 @@ def sid_param(sessions: Table) -> Any:  # noqa: ANN401 - a BindParameter
     return bindparam("sid", type_=sessions.c.session_id.type)
 
 
+def expires_param(type_: Any) -> Any:  # noqa: ANN401 - a BindParameter
+    """The ``expires`` bind parameter of a write: the new deadline, or ``None`` (keep it).
+
+    Typed as :meth:`Database.stamp_type` says (SQLite binds its text).
+    """
+    return bindparam("expires", type_=type_)
+
+
+def expired(sessions: Table, clock: ColumnElement[Any]) -> ColumnElement[bool]:
+    """The session row's deadline has passed (``clock``: UTC, as ``set_ttl`` writes it)."""
+    return sessions.c.expires_at <= clock
+
+
+def renewed_expiry(
+    sessions: Table,
+    clock: ColumnElement[Any],
+    expires: Any,  # noqa: ANN401 - the expires_param
+) -> ColumnElement[Any]:
+    """What a write leaves in an existing row's ``expires_at``.
+
+    The store's new deadline if it has a ``ttl``; else the row's own, unless it has
+    passed (the write starts the session afresh, with no deadline).
+    """
+    kept = case((expired(sessions, clock), null()), else_=sessions.c.expires_at)
+    return func.coalesce(expires, kept)
+
+
+def live(sessions: Table, sid: Any, clock: ColumnElement[Any]) -> ColumnElement[bool]:  # noqa: ANN401
+    """The session ``sid`` has not expired: one primary-key probe (no row counts as live).
+
+    Uncorrelated, so the planner evaluates it once per statement, not once per row.
+    """
+    return ~exists().where(sessions.c.session_id == sid, expired(sessions, clock))
+
+
 def portable_statements(
     names: TableNames,
     *,
@@ -169,6 +212,8 @@ def portable_statements(
     role_of: Callable[[ColumnElement[Any]], ColumnElement[Any]],
     item_time: ColumnElement[Any] | None = None,
     returning: bool = True,
+    clock: ColumnElement[Any] | None = None,
+    expires_type: Any = None,  # noqa: ANN401
 ) -> Statements:
     """The statements every database shares; a module replaces the few it writes its own way.
 
@@ -180,21 +225,33 @@ def portable_statements(
     not do (SQLite's keeps whole seconds); left out, the insert is plain
     ``VALUES (?, ?)``, which drivers turn into one multi-row statement (asyncmy's
     ``executemany``). ``returning``: whether the database has ``INSERT … RETURNING``.
+
+    ``clock`` (the UTC time deadlines are compared with) builds the expiry
+    variant, for tables that have ``expires_at``: reads, pops and forks of an
+    expired session see nothing, and ``drop_expired`` is there for a write to
+    start it afresh; a fork's new row takes the ``expires`` parameter (typed
+    ``expires_type``: the store's deadline, or ``None``). Without it, the plain
+    statements (tables created by the Agents SDK or the seed, never migrated).
     """
     models = get_models(names)
     sessions: Table = models.Session.__table__
     messages: Table = models.Message.__table__
     sid = sid_param(sessions)
     cols = (messages.c.id, messages.c.message_data)
-    mine = messages.c.session_id == sid
+    every = messages.c.session_id == sid
+    mine = every if clock is None else and_(every, live(sessions, sid, clock))
     newest = select(*cols).where(mine).order_by(messages.c.id.desc())
     new = bindparam("new", type_=sessions.c.session_id.type)
-    source_row = select(new, sessions.c["metadata"], now.label("c"), now.label("u")).where(
-        sessions.c.session_id == sid
-    )
-    fork_session: Any = insert(sessions).from_select(
-        ["session_id", "metadata", "created_at", "updated_at"], source_row
-    )
+    source = sessions.c.session_id == sid
+    if clock is not None:
+        source = and_(source, ~expired(sessions, clock))
+    copied = [new, sessions.c["metadata"], now.label("c"), now.label("u")]
+    columns = ["session_id", "metadata", "created_at", "updated_at"]
+    if clock is not None:
+        kind = sessions.c.expires_at.type if expires_type is None else expires_type
+        copied.append(expires_param(kind).label("e"))
+        columns.append("expires_at")
+    fork_session: Any = insert(sessions).from_select(columns, select(*copied).where(source))
     if returning:
         fork_session = fork_session.returning(sessions.c.session_id)
     return Statements(
@@ -217,7 +274,7 @@ def portable_statements(
         .where(messages.c.id == newest.with_only_columns(messages.c.id).limit(1).scalar_subquery())
         .returning(*cols),
         delete_row=delete(messages).where(messages.c.id == bindparam("id")),
-        delete_messages=delete(messages).where(mine),
+        delete_messages=delete(messages).where(every),
         delete_session=delete(sessions)
         .where(sessions.c.session_id == sid)
         .returning(sessions.c.session_id),
@@ -234,6 +291,9 @@ def portable_statements(
             .order_by(messages.c.id),
         ),
         select_heads=envelope_heads(messages, sid),
+        drop_expired=None
+        if clock is None
+        else delete(messages).where(every, ~live(sessions, sid, clock)),
     )
 
 
@@ -452,8 +512,14 @@ def wrap_driver_error(
 class Operations(Protocol):
     """The protocol's operations on one engine and name set, as a database module runs them."""
 
-    async def add(self, session_id: str, data: Sequence[str]) -> None:
-        """Upsert the session and append the encoded items, atomically and contiguously."""
+    async def add(self, session_id: str, data: Sequence[str], expires: object = None) -> None:
+        """Upsert the session and append the encoded items, atomically and contiguously.
+
+        ``expires`` (a :meth:`Database.stamp` value) is the session's new deadline (a
+        store with a ``ttl``); ``None`` keeps the one it has. On the expiry variant a
+        session whose deadline has passed starts afresh: its old items are deleted
+        in the same transaction.
+        """
         ...
 
     async def latest(self, session_id: str, n: int) -> Sequence[Row]:
@@ -484,14 +550,20 @@ class Operations(Protocol):
         """
         ...
 
-    async def replace(self, session_id: str, data: Sequence[str]) -> None:
-        """Swap the session's items for ``data`` in one transaction (the row upserted first)."""
+    async def replace(self, session_id: str, data: Sequence[str], expires: object = None) -> None:
+        """Swap the session's items for ``data`` in one transaction (the row upserted first).
+
+        ``expires`` as for :meth:`add`.
+        """
         ...
 
-    async def fork(self, session_id: str, new_session_id: str, skip: int | None) -> None:
+    async def fork(
+        self, session_id: str, new_session_id: str, skip: int | None, expires: object = None
+    ) -> None:
         """Copy the session (row and items, or the items before user turn ``skip + 1``).
 
-        One transaction. Raises
+        One transaction; on the expiry variant the new session's deadline is
+        ``expires`` (the store's ``ttl``) and an expired source is not found. Raises
         :class:`~agents_memory.SessionNotFoundError` when the source does not exist,
         :class:`~agents_memory.TurnNotFoundError` when it has no such turn, and the
         driver's unique-key error when the target exists (:meth:`Database.duplicate_key`).
@@ -525,6 +597,7 @@ async def fork_body(
     *,
     returning: bool,
     share_source: bool = False,
+    expires: object = None,
 ) -> None:
     """A fork on a server, one transaction (the caller's): the session row, the cut, the items.
 
@@ -532,7 +605,7 @@ async def fork_body(
     source; a target that exists fails on the primary key (the race of two forks
     to one target is the key's to settle: the second waits for the first, then fails).
     """
-    params = {"sid": session_id, "new": new_session_id}
+    params = {"sid": session_id, "new": new_session_id, "expires": expires}
     if share_source:
         await ex.rows("share_source", {"sid": session_id})
     if returning:
@@ -550,11 +623,16 @@ async def fork_body(
     await ex.run("fork_items", {**params, "cut": cut})
 
 
-def fork_body_sync(
-    ex: SyncExecutor, session_id: str, new_session_id: str, skip: int | None, now: str
+def fork_body_sync(  # noqa: PLR0917 - fork_body's arguments, and the clock
+    ex: SyncExecutor,
+    session_id: str,
+    new_session_id: str,
+    skip: int | None,
+    now: str,
+    expires: object = None,
 ) -> None:
     """:func:`fork_body` on a thread (SQLite: ``RETURNING``, and the client clock ``now``)."""
-    params = {"sid": session_id, "new": new_session_id, "now": now}
+    params = {"sid": session_id, "new": new_session_id, "now": now, "expires": expires}
     if not ex.rows("fork_session", params):
         raise _no_source(session_id)
     cut = NO_CUT
@@ -628,12 +706,17 @@ class Database:
 
     @classmethod
     @functools.cache
-    def statements(cls, names: TableNames) -> Statements:
-        """The statements of ``names`` on this database (built once per name set)."""
-        return cls._build_statements(names)
+    def statements(cls, names: TableNames, expiry: bool = False) -> Statements:
+        """The statements of ``names`` on this database (built once per name set and variant).
+
+        ``expiry``: the variant for tables with ``expires_at`` (at head): expired
+        sessions read as empty and a write renews or restarts them. The plain
+        statements (``False``) are main's, for tables never migrated.
+        """
+        return cls._build_statements(names, expiry)
 
     @classmethod
-    def _build_statements(cls, names: TableNames) -> Statements:
+    def _build_statements(cls, names: TableNames, expiry: bool) -> Statements:
         raise NotImplementedError
 
     @classmethod
@@ -697,11 +780,14 @@ class Database:
         names: TableNames,
         on_corrupt: OnCorrupt,
         keyring: Keyring | None = None,
+        *,
+        expiry: bool = False,
     ) -> Operations:
         """The operations on ``engine``: on the driver where possible, else through SQLAlchemy.
 
         ``keyring`` opens encrypted rows where an operation must read one before it
-        deletes it (pop) or must know it could (clear).
+        deletes it (pop) or must know it could (clear). ``expiry``: run the
+        statements of that variant (:meth:`statements`), chosen by the schema check.
         """
         raise NotImplementedError
 

@@ -45,6 +45,7 @@ from sqlalchemy import (
     literal_column,
     null,
     select,
+    update,
 )
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import URL, Connection, Dialect, Engine
@@ -64,7 +65,10 @@ from agents_memory._databases.base import (
     Statements,
     check_heads,
     compile_all,
+    expired,
+    expires_param,
     fork_body,
+    live,
     observed,
     portable_statements,
     sid_param,
@@ -86,12 +90,46 @@ MIGRATION_LOCK_TIMEOUT_S = 600
 """How long a migrator waits for another one migrating the same tables."""
 _CONNECT_CODES = frozenset({1044, 1045, 1049, 2002, 2003, 2005, 1040})
 """Access denied, unknown database, cannot connect, unknown host, too many connections."""
+_UPDATED = 2
+"""``INSERT … ON DUPLICATE KEY UPDATE``'s affected rows for an existing row it changed."""
 _GONE_CODES = frozenset({2006, 2013, 2014, 2045, 2055})
 """Server gone, lost during query, out of sync, lost while reading, lost at handshake."""
 
 
 def _upsert_session(sessions: Table, sid: Any, now: ColumnElement[Any]) -> Executable:  # noqa: ANN401
     return mysql.insert(sessions).values(session_id=sid).on_duplicate_key_update(updated_at=now)
+
+
+UTC_CLOCK: ColumnElement[Any] = func.utc_timestamp(literal_column("6"))
+"""The server's UTC time to the microsecond: what expiry deadlines are compared with."""
+
+
+def _upsert_unless_expired(sessions: Table, sid: Any, now: ColumnElement[Any]) -> Executable:  # noqa: ANN401
+    """The expiry variant's upsert: a live row is touched and its deadline renewed.
+
+    An expired row is locked but left as it is (so the affected-row count is not
+    2, "updated"): the append then starts it afresh (``drop_expired``,
+    ``restart_session``) while holding that lock. The assignments read only
+    ``expires_at``, which is assigned last (MySQL applies them left to right).
+    """
+    expires = expires_param(sessions.c.expires_at.type)
+    gone = expired(sessions, UTC_CLOCK)
+    return (
+        mysql.insert(sessions)
+        .values(session_id=sid, expires_at=expires)
+        .on_duplicate_key_update(
+            [
+                ("updated_at", case((gone, sessions.c.updated_at), else_=now)),
+                (
+                    "expires_at",
+                    case(
+                        (gone, sessions.c.expires_at),
+                        else_=func.coalesce(expires, sessions.c.expires_at),
+                    ),
+                ),
+            ]
+        )
+    )
 
 
 def _role_of(data: ColumnElement[Any]) -> ColumnElement[Any]:
@@ -216,9 +254,9 @@ def _abort(conn: Any) -> None:  # noqa: ANN401
 class DriverRunner:
     """Operations on detached asyncmy connections (see the module docstring)."""
 
-    def __init__(self, engine: AsyncEngine, names: TableNames) -> None:
+    def __init__(self, engine: AsyncEngine, names: TableNames, *, expiry: bool = False) -> None:
         self._engine = engine
-        self._sql = compile_all(MySQL.statements(names), engine.dialect)
+        self._sql = compile_all(MySQL.statements(names, expiry), engine.dialect)
         size = driver_pool.engine_pool_size(engine)
         self._pools: driver_pool.Pools[Any] = driver_pool.pools_for(
             engine,
@@ -293,11 +331,14 @@ class Operations(RowReads):
         runner: Any,  # noqa: ANN401
         on_corrupt: OnCorrupt,
         keyring: Keyring | None = None,
+        *,
+        expiry: bool = False,
     ) -> None:
         self._runner = runner
         self._on_corrupt: OnCorrupt = on_corrupt
         self._keyring = keyring
         self._facts = _facts_for(engine)
+        self._expiry = expiry
 
     async def _max_packet(self) -> int:
         limit = self._facts.max_packet
@@ -306,11 +347,16 @@ class Operations(RowReads):
             limit = self._facts.max_packet = int(rows[0][0])
         return limit
 
-    async def add(self, session_id: str, data: Sequence[str]) -> None:
+    async def add(self, session_id: str, data: Sequence[str], expires: object = None) -> None:
         check_packet_size(data, await self._max_packet())
+        expiry = self._expiry
 
         async def body(ex: Executor) -> None:
-            await ex.run("upsert_session", {"sid": session_id})
+            params = {"sid": session_id, "expires": expires}
+            touched = await ex.run("upsert_session", params)
+            if expiry and touched != _UPDATED:  # a new row, or an expired one (locked)
+                await ex.run("drop_expired", params)
+                await ex.run("restart_session", params)
             await ex.runmany("insert_message", [{"sid": session_id, "data": d} for d in data])
 
         await self._runner.write(body)
@@ -355,7 +401,7 @@ class Operations(RowReads):
 
         return await self._runner.write(body)  # type: ignore[no-any-return]
 
-    async def replace(self, session_id: str, data: Sequence[str]) -> None:
+    async def replace(self, session_id: str, data: Sequence[str], expires: object = None) -> None:
         """Lock (upsert) the session row first, as appends do, then delete and insert.
 
         The two never wait in a cycle, and an append queued behind the lock lands
@@ -363,8 +409,13 @@ class Operations(RowReads):
         """
         check_packet_size(data, await self._max_packet())
 
+        expiry = self._expiry
+
         async def body(ex: Executor) -> None:
-            await ex.run("upsert_session", {"sid": session_id})
+            params = {"sid": session_id, "expires": expires}
+            touched = await ex.run("upsert_session", params)
+            if expiry and touched != _UPDATED:  # (its items all go below anyway)
+                await ex.run("restart_session", params)
             # as a clear does: nothing is deleted that the keyring could not open
             check_heads(await ex.rows("select_heads", {"sid": session_id}), self._keyring)
             await ex.run("delete_messages", {"sid": session_id})
@@ -373,9 +424,13 @@ class Operations(RowReads):
 
         await self._runner.write(body)
 
-    async def fork(self, session_id: str, new_session_id: str, skip: int | None) -> None:
+    async def fork(
+        self, session_id: str, new_session_id: str, skip: int | None, expires: object = None
+    ) -> None:
         await self._runner.write(
-            lambda ex: fork_body(ex, session_id, new_session_id, skip, returning=False)
+            lambda ex: fork_body(
+                ex, session_id, new_session_id, skip, returning=False, expires=expires
+            )
         )
 
 
@@ -410,16 +465,22 @@ class MySQL(Database):
         kwargs.setdefault("pool_pre_ping", True)
 
     @classmethod
-    def _build_statements(cls, names: TableNames) -> Statements:
+    def _build_statements(cls, names: TableNames, expiry: bool) -> Statements:
         now = current_timestamp()
         base = portable_statements(
-            names, now=now, upsert_session=_upsert_session, role_of=_role_of, returning=False
+            names,
+            now=now,
+            upsert_session=_upsert_unless_expired if expiry else _upsert_session,
+            role_of=_role_of,
+            returning=False,
+            clock=UTC_CLOCK if expiry else None,
         )
         sessions, messages = base.sessions, base.messages
         sid = sid_param(sessions)
+        mine = messages.c.session_id == sid
         newest = (
             select(messages.c.id, messages.c.message_data)
-            .where(messages.c.session_id == sid)
+            .where(mine if not expiry else and_(mine, live(sessions, sid, UTC_CLOCK)))
             .order_by(messages.c.id.desc())
             .limit(1)
             .with_for_update()
@@ -430,6 +491,12 @@ class MySQL(Database):
             delete_session=delete(sessions).where(sessions.c.session_id == sid),
             limits=select(literal_column("@@max_allowed_packet")),
         )
+        if expiry:
+            fields["restart_session"] = (
+                update(sessions)
+                .where(sessions.c.session_id == sid, expired(sessions, UTC_CLOCK))
+                .values(updated_at=now, expires_at=expires_param(sessions.c.expires_at.type))
+            )
         return Statements(**fields)
 
     @classmethod
@@ -439,14 +506,18 @@ class MySQL(Database):
         names: TableNames,
         on_corrupt: OnCorrupt,
         keyring: Keyring | None = None,
+        *,
+        expiry: bool = False,
     ) -> Any:  # noqa: ANN401
         if not observed(engine):
-            return Operations(engine, DriverRunner(engine, names), on_corrupt, keyring)
+            runner: Any = DriverRunner(engine, names, expiry=expiry)
+            return Operations(engine, runner, on_corrupt, keyring, expiry=expiry)
         ops = Operations(
             engine,
-            CoreRunner(engine, cls.statements(names), autocommit_single=False),
+            CoreRunner(engine, cls.statements(names, expiry), autocommit_single=False),
             on_corrupt,
             keyring,
+            expiry=expiry,
         )
         # Through SQLAlchemy's asyncmy adapter a cancel mid-transaction is not contained
         # the way the driver runner contains it (by closing its connection): run to the end.

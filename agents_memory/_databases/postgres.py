@@ -42,6 +42,7 @@ from sqlalchemy import (
     Executable,
     Table,
     Text,
+    and_,
     bindparam,
     cast,
     delete,
@@ -71,9 +72,12 @@ from agents_memory._databases.base import (
     Statements,
     check_heads,
     compile_all,
+    expires_param,
     fork_body,
+    live,
     observed,
     portable_statements,
+    renewed_expiry,
     sid_param,
     wrap_driver_error,
 )
@@ -99,6 +103,27 @@ def _upsert_session(sessions: Table, sid: Any, now: ColumnElement[Any]) -> Any: 
         postgresql.insert(sessions)
         .values(session_id=sid)
         .on_conflict_do_update(index_elements=[sessions.c.session_id], set_={"updated_at": now})
+    )
+
+
+UTC_CLOCK: ColumnElement[Any] = func.timezone("UTC", func.current_timestamp())
+"""The transaction's time in UTC as a ``timestamp``: what expiry deadlines are compared with."""
+
+
+def _upsert_renewing(sessions: Table, sid: Any, now: ColumnElement[Any]) -> Any:  # noqa: ANN401
+    """The expiry variant's upsert: ``updated_at`` bumped, the deadline renewed (``expires``).
+
+    ``SET`` reads the existing row as locked, so an expired deadline is cleared
+    (the session starts afresh) unless the store's ``ttl`` gives a new one.
+    """
+    expires = expires_param(sessions.c.expires_at.type)
+    return (
+        postgresql.insert(sessions)
+        .values(session_id=sid, expires_at=expires)
+        .on_conflict_do_update(
+            index_elements=[sessions.c.session_id],
+            set_={"updated_at": now, "expires_at": renewed_expiry(sessions, UTC_CLOCK, expires)},
+        )
     )
 
 
@@ -236,9 +261,9 @@ def _abort(conn: Any) -> None:  # noqa: ANN401
 class DriverRunner:
     """Operations on detached asyncpg connections (see the module docstring)."""
 
-    def __init__(self, engine: AsyncEngine, names: TableNames) -> None:
+    def __init__(self, engine: AsyncEngine, names: TableNames, *, expiry: bool = False) -> None:
         self._engine = engine
-        self._sql = compile_all(Postgres.statements(names), engine.dialect)
+        self._sql = compile_all(Postgres.statements(names, expiry), engine.dialect)
         self._facts = _facts_for(engine)
         size = driver_pool.engine_pool_size(engine)
         self._pools: driver_pool.Pools[Any] = driver_pool.pools_for(
@@ -319,8 +344,8 @@ class Operations(RowReads):
         self._on_corrupt: OnCorrupt = on_corrupt
         self._keyring = keyring
 
-    async def add(self, session_id: str, data: Sequence[str]) -> None:
-        params = {"sid": session_id, "data": list(data)}
+    async def add(self, session_id: str, data: Sequence[str], expires: object = None) -> None:
+        params = {"sid": session_id, "data": list(data), "expires": expires}
         await self._runner.write(lambda ex: ex.run("append", params), single=True)
 
     async def _rows(self, key: str, params: dict[str, Any]) -> Sequence[Row]:
@@ -381,7 +406,7 @@ class Operations(RowReads):
 
         return await self._runner.write(body, single=False)  # type: ignore[no-any-return]
 
-    async def replace(self, session_id: str, data: Sequence[str]) -> None:
+    async def replace(self, session_id: str, data: Sequence[str], expires: object = None) -> None:
         """Lock (upsert) the session row, then swap its items: two statements, one transaction.
 
         Appends lock the same row first, so one that started before the replace
@@ -390,17 +415,25 @@ class Operations(RowReads):
         """
 
         async def body(ex: Executor) -> None:
-            await ex.run("upsert_session", {"sid": session_id})
+            await ex.run("upsert_session", {"sid": session_id, "expires": expires})
             # as a clear does: nothing is deleted that the keyring could not open
             check_heads(await ex.rows("select_heads", {"sid": session_id}), self._keyring)
             await ex.run("replace_rows", {"sid": session_id, "data": list(data)})
 
         await self._runner.write(body, single=False)
 
-    async def fork(self, session_id: str, new_session_id: str, skip: int | None) -> None:
+    async def fork(
+        self, session_id: str, new_session_id: str, skip: int | None, expires: object = None
+    ) -> None:
         await self._runner.write(
             lambda ex: fork_body(
-                ex, session_id, new_session_id, skip, returning=True, share_source=True
+                ex,
+                session_id,
+                new_session_id,
+                skip,
+                returning=True,
+                share_source=True,
+                expires=expires,
             ),
             single=False,
         )
@@ -429,14 +462,33 @@ class Postgres(Database):
         _cache_off_engines.add(sync_engine)
 
     @classmethod
-    def _build_statements(cls, names: TableNames) -> Statements:
+    def _build_statements(cls, names: TableNames, expiry: bool) -> Statements:
         now = func.current_timestamp()
-        base = portable_statements(names, now=now, upsert_session=_upsert_session, role_of=_role_of)
+        upsert_session = _upsert_renewing if expiry else _upsert_session
+        base = portable_statements(
+            names,
+            now=now,
+            upsert_session=upsert_session,
+            role_of=_role_of,
+            clock=UTC_CLOCK if expiry else None,
+        )
         sessions, messages = base.sessions, base.messages
         sid = sid_param(sessions)
         # The uncorrelated sub-select is a one-time filter evaluated before the first row,
         # so the session row is upserted (and row-locked) before any id is drawn.
-        upsert = _upsert_session(sessions, sid, now).returning(literal_column("1")).cte("s")
+        upsert = upsert_session(sessions, sid, now).returning(literal_column("1")).cte("s")
+        locked = select(func.count()).select_from(upsert).scalar_subquery() == 1
+        ctes: list[Any] = [upsert]
+        if expiry:
+            # Still one statement: an expired session's old items go with the write that
+            # starts it afresh. Ordered after the upsert (it waits for the row lock first);
+            # its snapshot is the statement's, so it sees the row as it was before the
+            # write and never the items this statement or a later writer inserts.
+            ctes.append(
+                delete(messages)
+                .where(messages.c.session_id == sid, ~live(sessions, sid, UTC_CLOCK), locked)
+                .cte("x")
+            )
         rows = (
             func.unnest(cast(bindparam("data"), postgresql.ARRAY(Text())))
             .table_valued("d", with_ordinality="o")
@@ -446,15 +498,14 @@ class Postgres(Database):
             insert(messages)
             .from_select(
                 ["session_id", "message_data"],
-                select(sid, rows.c.d)
-                .where(select(func.count()).select_from(upsert).scalar_subquery() == 1)
-                .order_by(rows.c.o),
+                select(sid, rows.c.d).where(locked).order_by(rows.c.o),
             )
-            .add_cte(upsert)
+            .add_cte(*ctes)
         )
+        mine = messages.c.session_id == sid
         newest = (
             select(messages.c.id)
-            .where(messages.c.session_id == sid)
+            .where(mine if not expiry else and_(mine, live(sessions, sid, UTC_CLOCK)))
             .order_by(messages.c.id.desc())
             .limit(1)
             .with_for_update()
@@ -521,12 +572,14 @@ class Postgres(Database):
         names: TableNames,
         on_corrupt: OnCorrupt,
         keyring: Keyring | None = None,
+        *,
+        expiry: bool = False,
     ) -> Any:  # noqa: ANN401
         runner: Any
         if observed(engine):
-            runner = CoreRunner(engine, cls.statements(names), autocommit_single=True)
+            runner = CoreRunner(engine, cls.statements(names, expiry), autocommit_single=True)
         else:
-            runner = DriverRunner(engine, names)
+            runner = DriverRunner(engine, names, expiry=expiry)
         return Operations(runner, on_corrupt, keyring)
 
     @classmethod

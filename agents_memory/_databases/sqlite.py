@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import datetime as dt
 import functools
 import json
@@ -50,6 +51,7 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
+    delete,
     event,
     exists,
     func,
@@ -78,10 +80,15 @@ from agents_memory._databases.base import (
     SyncExecutor,
     check_heads,
     compile_all,
+    compile_for,
+    expires_param,
     foreign_listeners,
     fork_body_sync,
+    live,
     observed,
     portable_statements,
+    renewed_expiry,
+    sid_param,
     wrap_driver_error,
 )
 from agents_memory._tables import VERSION_KEY_SUFFIX, TableNames
@@ -174,10 +181,50 @@ def _upsert_session(sessions: Table, sid: Any, now_: ColumnElement[Any]) -> Exec
     )
 
 
+READ_CLOCK: ColumnElement[Any] = func.strftime("%Y-%m-%d %H:%M:%f", "now")
+"""SQLite's UTC time as its own text, to the millisecond (sorts beside ``stamp`` text).
+
+What reads compare deadlines with; writes compare them with their client clock
+(``now``), as they stamp ``updated_at``.
+"""
+
+
+def _upsert_renewing(sessions: Table, sid: Any, now_: ColumnElement[Any]) -> Executable:  # noqa: ANN401
+    """The expiry variant's upsert: ``updated_at`` bumped, the deadline renewed (``expires``).
+
+    Run after ``drop_expired`` in the same transaction, so an expired deadline is
+    cleared (or replaced by the store's ``ttl``) once its items are gone.
+    """
+    expires = expires_param(String())
+    return (
+        sqlite_dialect.insert(sessions)
+        .values(session_id=sid, created_at=now_, updated_at=now_, expires_at=expires)
+        .on_conflict_do_update(
+            index_elements=[sessions.c.session_id],
+            set_={"updated_at": now_, "expires_at": renewed_expiry(sessions, now_, expires)},
+        )
+    )
+
+
 @functools.cache
-def compiled(names: TableNames) -> dict[str, CompiledSQL]:
+def compiled(names: TableNames, expiry: bool = False) -> dict[str, CompiledSQL]:
     """Every statement of ``names`` compiled once for ``sqlite3`` (by field name)."""
-    return compile_all(SQLite.statements(names), DIALECT)
+    return compile_all(SQLite.statements(names, expiry), DIALECT)
+
+
+def has_expiry(conn: sqlite3.Connection, names: TableNames) -> bool:
+    """Whether the sessions table of ``names`` has ``expires_at`` (revision 0003 and later).
+
+    Tables the seed or the Agents SDK created, used without migrating, do not:
+    they get the plain statements. Asked with Core's ``SELECT expires_at … LIMIT 0``.
+    """
+    sessions = get_models(names).Session.__table__
+    probe = compile_for(select(sessions.c.expires_at).limit(0), DIALECT)
+    try:
+        conn.execute(probe.sql, probe.positional({})).fetchall()
+    except sqlite3.OperationalError:
+        return False
+    return True
 
 
 @functools.cache
@@ -241,10 +288,18 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
-def add_body(ex: SyncExecutor, sid: str, data: Sequence[str]) -> None:
-    """Upsert the session, then insert every item: one transaction (the caller's)."""
+def add_body(
+    ex: SyncExecutor, sid: str, data: Sequence[str], expires: object = None, *, expiry: bool = False
+) -> None:
+    """Upsert the session, then insert every item: one transaction (the caller's).
+
+    On the expiry variant an expired session first loses its old items (the write
+    starts it afresh), and the upsert renews its deadline to ``expires``.
+    """
     when = now()
-    ex.run("upsert_session", {"sid": sid, "now": when})
+    if expiry:
+        ex.run("drop_expired", {"sid": sid, "now": when})
+    ex.run("upsert_session", {"sid": sid, "now": when, "expires": expires})
     ex.runmany("insert_message", [{"sid": sid, "data": d, "now": when} for d in data])
 
 
@@ -280,7 +335,11 @@ def clear_body(
 
 
 def replace_body(
-    ex: SyncExecutor, sid: str, data: Sequence[str], keyring: Keyring | None = None
+    ex: SyncExecutor,
+    sid: str,
+    data: Sequence[str],
+    keyring: Keyring | None = None,
+    expires: object = None,
 ) -> None:
     """Upsert the session (``updated_at`` bumped), delete its items, insert ``data``.
 
@@ -290,16 +349,18 @@ def replace_body(
     one of the items it would delete.
     """
     when = now()
-    ex.run("upsert_session", {"sid": sid, "now": when})
+    ex.run("upsert_session", {"sid": sid, "now": when, "expires": expires})
     check_heads(ex.rows("select_heads", {"sid": sid}), keyring)
     ex.run("delete_messages", {"sid": sid})
     if data:
         ex.runmany("insert_message", [{"sid": sid, "data": d, "now": when} for d in data])
 
 
-def fork_body(ex: SyncExecutor, sid: str, new: str, skip: int | None) -> None:
+def fork_body(
+    ex: SyncExecutor, sid: str, new: str, skip: int | None, expires: object = None
+) -> None:
     """Copy the session row and its items (before user turn ``skip + 1``): one transaction."""
-    fork_body_sync(ex, sid, new, skip, now())
+    fork_body_sync(ex, sid, new, skip, now(), expires)
 
 
 class LiteExecutor:
@@ -911,9 +972,12 @@ class ThreadOperations(RowReads):
         names: TableNames,
         on_corrupt: OnCorrupt,
         keyring: Keyring | None = None,
+        *,
+        expiry: bool = False,
     ) -> None:
         self._engine = engine
-        self._sql = compiled(names)
+        self._sql = compiled(names, expiry)
+        self._expiry = expiry
         self._on_corrupt: OnCorrupt = on_corrupt
         self._keyring = keyring
         self._threads_seen: _Threads | None = None
@@ -948,9 +1012,13 @@ class ThreadOperations(RowReads):
         except sqlite3.Error as exc:
             raise self._fail(exc, c.sql) from exc
 
-    async def add(self, session_id: str, data: Sequence[str]) -> None:
-        size = sum(map(len, data))
-        await self._write("insert_message", lambda ex: add_body(ex, session_id, data), size)
+    async def add(self, session_id: str, data: Sequence[str], expires: object = None) -> None:
+        size, expiry = sum(map(len, data)), self._expiry
+        await self._write(
+            "insert_message",
+            lambda ex: add_body(ex, session_id, data, expires, expiry=expiry),
+            size,
+        )
 
     async def pop(self, session_id: str) -> dict[str, Any] | None:
         on_corrupt, keyring = self._on_corrupt, self._keyring
@@ -962,14 +1030,20 @@ class ThreadOperations(RowReads):
             "delete_session", lambda ex: clear_body(ex, session_id, keyring, checked=checked)
         )
 
-    async def replace(self, session_id: str, data: Sequence[str]) -> None:
+    async def replace(self, session_id: str, data: Sequence[str], expires: object = None) -> None:
         size, keyring = sum(map(len, data)), self._keyring
         await self._write(
-            "insert_message", lambda ex: replace_body(ex, session_id, data, keyring), size
+            "insert_message",
+            lambda ex: replace_body(ex, session_id, data, keyring, expires),
+            size,
         )
 
-    async def fork(self, session_id: str, new_session_id: str, skip: int | None) -> None:
-        await self._write("fork_items", lambda ex: fork_body(ex, session_id, new_session_id, skip))
+    async def fork(
+        self, session_id: str, new_session_id: str, skip: int | None, expires: object = None
+    ) -> None:
+        await self._write(
+            "fork_items", lambda ex: fork_body(ex, session_id, new_session_id, skip, expires)
+        )
 
 
 class CoreOperations(RowReads):
@@ -990,9 +1064,12 @@ class CoreOperations(RowReads):
         on_corrupt: OnCorrupt,
         lock: Callable[[], asyncio.Lock],
         keyring: Keyring | None = None,
+        *,
+        expiry: bool = False,
     ) -> None:
         self._engine = engine
-        self._st = SQLite.statements(names)
+        self._st = SQLite.statements(names, expiry)
+        self._expiry = expiry
         self._on_corrupt: OnCorrupt = on_corrupt
         self._keyring = keyring
         self._lock = lock
@@ -1011,8 +1088,9 @@ class CoreOperations(RowReads):
         async with self._lock(), self._engine.connect() as conn:
             return (await conn.execute(statement, params)).all()
 
-    async def add(self, session_id: str, data: Sequence[str]) -> None:
-        await self._write(lambda ex: add_body(ex, session_id, data))
+    async def add(self, session_id: str, data: Sequence[str], expires: object = None) -> None:
+        expiry = self._expiry
+        await self._write(lambda ex: add_body(ex, session_id, data, expires, expiry=expiry))
 
     async def pop(self, session_id: str) -> dict[str, Any] | None:
         on_corrupt, keyring = self._on_corrupt, self._keyring
@@ -1022,12 +1100,14 @@ class CoreOperations(RowReads):
         keyring = self._keyring
         return await self._write(lambda ex: clear_body(ex, session_id, keyring, checked=checked))
 
-    async def replace(self, session_id: str, data: Sequence[str]) -> None:
+    async def replace(self, session_id: str, data: Sequence[str], expires: object = None) -> None:
         keyring = self._keyring
-        await self._write(lambda ex: replace_body(ex, session_id, data, keyring))
+        await self._write(lambda ex: replace_body(ex, session_id, data, keyring, expires))
 
-    async def fork(self, session_id: str, new_session_id: str, skip: int | None) -> None:
-        await self._write(lambda ex: fork_body(ex, session_id, new_session_id, skip))
+    async def fork(
+        self, session_id: str, new_session_id: str, skip: int | None, expires: object = None
+    ) -> None:
+        await self._write(lambda ex: fork_body(ex, session_id, new_session_id, skip, expires))
 
 
 # -- the module ---------------------------------------------------------------------------------
@@ -1066,11 +1146,24 @@ class SQLite(Database):
             event.listen(sync_engine, "engine_disposed", _on_dispose)
 
     @classmethod
-    def _build_statements(cls, names: TableNames) -> Statements:
+    def _build_statements(cls, names: TableNames, expiry: bool) -> Statements:
         when = bindparam("now", type_=String())
-        return portable_statements(
-            names, now=when, upsert_session=_upsert_session, role_of=_role_of, item_time=when
+        base = portable_statements(
+            names,
+            now=when,
+            upsert_session=_upsert_renewing if expiry else _upsert_session,
+            role_of=_role_of,
+            item_time=when,
+            clock=READ_CLOCK if expiry else None,
+            expires_type=String(),
         )
+        if not expiry:
+            return base
+        # A write compares deadlines with its own clock, the time it stamps (``now``).
+        sessions, messages = base.sessions, base.messages
+        sid = sid_param(sessions)
+        drop = delete(messages).where(messages.c.session_id == sid, ~live(sessions, sid, when))
+        return dataclasses.replace(base, drop_expired=drop)
 
     @classmethod
     def operations(
@@ -1079,13 +1172,15 @@ class SQLite(Database):
         names: TableNames,
         on_corrupt: OnCorrupt,
         keyring: Keyring | None = None,
+        *,
+        expiry: bool = False,
     ) -> Any:  # noqa: ANN401
         from agents_memory._sqlalchemy._engine import engine_state  # noqa: PLC0415
 
         state = engine_state(engine)
         if cls.thread_runner_allowed(engine):
-            return ThreadOperations(engine, names, on_corrupt, keyring)
-        return CoreOperations(engine, names, on_corrupt, state.lock, keyring)
+            return ThreadOperations(engine, names, on_corrupt, keyring, expiry=expiry)
+        return CoreOperations(engine, names, on_corrupt, state.lock, keyring, expiry=expiry)
 
     @staticmethod
     def thread_runner_allowed(engine: AsyncEngine) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import warnings
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
@@ -28,6 +29,7 @@ from agents_memory._databases import sqlite as sqlite_module
 from agents_memory._databases.base import Database, Operations, Statements, observed
 from agents_memory._errors import (
     DatabaseConnectionError,
+    SchemaNotReadyError,
     SessionClosedError,
     SessionExistsError,
 )
@@ -35,7 +37,8 @@ from agents_memory._ids import check_sql_int
 from agents_memory._sqlalchemy._cancel import run_to_completion
 from agents_memory._sqlalchemy._engine import EngineState, engine_state
 from agents_memory._sqlalchemy._faults import connection_errors, retry_delay
-from agents_memory._sqlalchemy._schema import ensure_schema, schema_errors
+from agents_memory._sqlalchemy._schema import ensure_schema, schema_errors, upgrade_command
+from agents_memory._sqlalchemy._timestamps import check_ttl, utcnow
 from agents_memory._tables import TableNames
 from agents_memory._urls import mask_url
 
@@ -73,6 +76,7 @@ class Backend:
         create_tables: bool = False,
         on_corrupt: OnCorrupt = "skip",
         encryption: Keyring | None = None,
+        ttl: dt.timedelta | None = None,
     ) -> None:
         if on_corrupt not in ("skip", "raise"):
             msg = f"on_corrupt must be 'skip' or 'raise', got {on_corrupt!r}"
@@ -80,6 +84,10 @@ class Backend:
         if encryption is not None and not isinstance(encryption, Keyring):
             msg = f"encryption must be an agents_memory.Keyring, got {type(encryption).__name__}"
             raise TypeError(msg)
+        self.ttl = check_ttl(ttl)
+        """Every write moves the session's deadline to now + ``ttl`` (``None``: no expiry)."""
+        self.expiry = False
+        """Whether the tables have ``expires_at`` (the schema check says): which statements run."""
         self.keyring: Keyring | None = encryption
         """Encrypts what is written and opens what is read (``None``: plaintext)."""
         self.engine = engine
@@ -134,9 +142,16 @@ class Backend:
                 # Run to completion whatever cancels the caller: MySQL has no transactional
                 # DDL, so a migration cut in half would leave half a schema behind, and on
                 # aiosqlite a started statement must finish anyway (see _cancel).
-                await run_to_completion(
+                self.expiry = await run_to_completion(
                     ensure_schema(self.engine, self.names, create=self._create_tables)
                 )
+            if self.ttl is not None and not self.expiry:
+                msg = (
+                    f"ttl= needs the expires_at column, which the tables {self.names.sessions}/"
+                    f"{self.names.messages} (created without migrations) do not have; run "
+                    f"`{upgrade_command(self.engine.url, self.names)}`"
+                )
+                raise SchemaNotReadyError(msg)
             self._schema_ready = True
 
     def _operations(self) -> Operations:
@@ -144,7 +159,7 @@ class Backend:
         ops = self._ops.get(watched)
         if ops is None:
             ops = self._ops[watched] = self.db.operations(
-                self.engine, self.names, self.on_corrupt, self.keyring
+                self.engine, self.names, self.on_corrupt, self.keyring, expiry=self.expiry
             )
         return ops
 
@@ -222,12 +237,24 @@ class Backend:
 
     # -- the protocol -------------------------------------------------------------------------
 
+    def _deadline(self) -> object:
+        """The deadline a write gives its session: now + ``ttl`` as the database binds it."""
+        return None if self.ttl is None else self.db.stamp(utcnow() + self.ttl)
+
     async def add(self, session_id: str, data: Sequence[str]) -> None:
-        """Append already-encoded items in one transaction (sealed first, with a keyring)."""
+        """Append already-encoded items in one transaction (sealed first, with a keyring).
+
+        With a ``ttl`` the session's deadline moves to now + ``ttl``; a session that
+        had expired starts afresh (its old items go in the same transaction).
+        """
         if data:
             if self.keyring is not None:
                 data = self.keyring.encrypt_all(list(data))
-            await self._run(lambda ops: ops.add(session_id, data))
+            if self.ttl is None:  # (the hot path: no clock read)
+                await self._run(lambda ops: ops.add(session_id, data))
+                return
+            expires = self._deadline()
+            await self._run(lambda ops: ops.add(session_id, data, expires))
 
     async def get(self, session_id: str, limit: int | None) -> list[dict[str, Any]]:
         """All items, or the latest ``limit`` valid ones, oldest first."""
@@ -335,7 +362,8 @@ class Backend:
         """
         if self.keyring is not None:
             data = self.keyring.encrypt_all(list(data))
-        await self._run(lambda ops: ops.replace(session_id, data))
+        expires = self._deadline()
+        await self._run(lambda ops: ops.replace(session_id, data, expires))
 
     async def fork(self, session_id: str, new_session_id: str, skip: int | None) -> None:
         """Copy a session (row, items before user turn ``skip + 1``) to a new id, atomically.
@@ -343,8 +371,9 @@ class Backend:
         The target's primary key settles a race of forks to one id: the loser's
         unique-key error becomes :class:`SessionExistsError`, nothing written.
         """
+        expires = self._deadline()  # the new session's deadline, as if written now
         try:
-            await self._run(lambda ops: ops.fork(session_id, new_session_id, skip))
+            await self._run(lambda ops: ops.fork(session_id, new_session_id, skip, expires))
         except DBAPIError as exc:
             if exc.orig is None or not self.db.duplicate_key(exc.orig):
                 raise

@@ -60,7 +60,8 @@ def schema_errors(engine: AsyncEngine, names: TableNames) -> Iterator[None]:
         raise SchemaNotReadyError(msg) from exc
 
 
-_ready: weakref.WeakKeyDictionary[Engine, set[TableNames]] = weakref.WeakKeyDictionary()
+_ready: weakref.WeakKeyDictionary[Engine, dict[TableNames, bool]] = weakref.WeakKeyDictionary()
+"""Name sets checked per engine, and whether their sessions table has ``expires_at``."""
 _locks: weakref.WeakKeyDictionary[Engine, LoopSpanningLock] = weakref.WeakKeyDictionary()
 """One schema check at a time per engine, whatever loop or thread runs it."""
 _locks_guard = threading.Lock()
@@ -94,8 +95,12 @@ def _not_ready(
     return f"{state}; run `{upgrade_command(engine.url, names)}` (or pass create_tables=True)"
 
 
-async def ensure_schema(engine: AsyncEngine, names: TableNames, *, create: bool) -> None:
-    """Make sure the schema of ``names`` is at head, once per engine.
+async def ensure_schema(engine: AsyncEngine, names: TableNames, *, create: bool) -> bool:
+    """Make sure the schema of ``names`` is at head, once per engine; whether it has expiry.
+
+    The answer (``True`` at head, ``False`` for tables used as they are) is the
+    one place the statement variant is chosen (``Database.statements(expiry=)``):
+    tables never migrated have no ``expires_at`` column and keep the plain ones.
 
     With ``create`` the migrations run (the same scripts as ``agents-memory db
     upgrade``); otherwise the version table is read once and a missing or
@@ -104,14 +109,17 @@ async def ensure_schema(engine: AsyncEngine, names: TableNames, *, create: bool)
     they are, with a warning. Concurrent first calls wait for one check.
     """
     sync_engine = engine.sync_engine
-    if names in _ready.get(sync_engine, ()):
-        return
+    known = _ready.get(sync_engine, {}).get(names)
+    if known is not None:
+        return known
     with _locks_guard:
         lock = _locks.setdefault(sync_engine, LoopSpanningLock())
     async with lock.hold():
-        if names in _ready.get(sync_engine, ()):
-            return
+        known = _ready.get(sync_engine, {}).get(names)
+        if known is not None:
+            return known
         head = REVISION
+        expiry = True
         if create:
             from agents_memory import migrations  # noqa: PLC0415 - Alembic only to migrate
 
@@ -133,9 +141,11 @@ async def ensure_schema(engine: AsyncEngine, names: TableNames, *, create: bool)
                     mask_url(engine.url),
                     upgrade_command(engine.url, names),
                 )
+                expiry = False
             elif at != head:
                 raise SchemaNotReadyError(_not_ready(engine, names, at, head, others))
-        _ready.setdefault(sync_engine, set()).add(names)
+        _ready.setdefault(sync_engine, {})[names] = expiry
+        return expiry
 
 
 def current_revision(connection: Connection, names: TableNames) -> str | None:

@@ -40,6 +40,9 @@ class SQLAlchemySession(AsyncClosing, SessionBase):
     conversations, prefer :class:`~agents_memory.SessionStore`, which hands out
     sessions over one connection pool. ``encryption=Keyring(...)`` encrypts items
     before they are written and opens them on read (see :class:`~agents_memory.Keyring`).
+    ``ttl=timedelta(...)``: each write moves the session's deadline to that long
+    from now; once it passes, the session reads as empty and the next write
+    starts it afresh (see :meth:`set_ttl`).
     """
 
     def __init__(
@@ -54,6 +57,7 @@ class SQLAlchemySession(AsyncClosing, SessionBase):
         ensure_ascii: bool = False,
         on_corrupt: OnCorrupt = "skip",
         encryption: Keyring | None = None,
+        ttl: dt.timedelta | None = None,
     ) -> None:
         names = TableNames(sessions_table, messages_table)
         settings = coerce_settings(session_settings)
@@ -63,6 +67,7 @@ class SQLAlchemySession(AsyncClosing, SessionBase):
             create_tables=create_tables,
             on_corrupt=on_corrupt,
             encryption=encryption,
+            ttl=ttl,
         )
         self._init(session_id, backend, settings, owns_backend=True, ensure_ascii=ensure_ascii)
 
@@ -231,9 +236,11 @@ class SQLAlchemySession(AsyncClosing, SessionBase):
         """Make this session expire ``ttl`` from now (``None``: never), creating it if needed.
 
         The expiry is a deadline, stored on the session row (``expires_at``): an
-        expired session is left out of ``SessionStore.list_sessions`` and deleted
-        by the next ``SessionStore.prune()``. Setting it does not count as a write
-        (``updated_at`` is unchanged); call again to move the deadline.
+        expired session reads as empty (``get_items`` is ``[]``, ``pop_item``
+        ``None``), is left out of ``SessionStore.list_sessions``, is started afresh
+        by its next write and deleted by the next ``SessionStore.prune()``. Setting
+        it does not count as a write (``updated_at`` is unchanged); call again to
+        move the deadline. A store's ``ttl=`` sets it on every write instead.
         """
         if ttl is not None and (not isinstance(ttl, dt.timedelta) or ttl <= dt.timedelta(0)):
             msg = f"ttl must be a positive datetime.timedelta or None, got {ttl!r}"

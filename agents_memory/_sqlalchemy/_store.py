@@ -102,6 +102,10 @@ class SessionStore(AsyncClosing):
 
     ``encryption=Keyring(...)`` encrypts every session's items at rest (metadata
     stays plaintext, for filtering); :meth:`rotate_keys` moves them to a new key.
+    ``ttl=timedelta(...)``: every session written through the store expires that
+    long after its latest write (``add_items``, ``replace_items``, a fork's
+    target); an expired session reads as empty at once and the next
+    :meth:`prune` deletes it.
     """
 
     def __init__(
@@ -115,6 +119,7 @@ class SessionStore(AsyncClosing):
         on_corrupt: OnCorrupt = "skip",
         ensure_ascii: bool = False,
         encryption: Keyring | None = None,
+        ttl: dt.timedelta | None = None,
     ) -> None:
         names = TableNames(sessions_table, messages_table)
         self._backend = Backend(
@@ -123,6 +128,7 @@ class SessionStore(AsyncClosing):
             create_tables=create_tables,
             on_corrupt=on_corrupt,
             encryption=encryption,
+            ttl=ttl,
         )
         self.session_settings: SessionSettings | None = coerce_settings(session_settings)
         self.ensure_ascii = ensure_ascii

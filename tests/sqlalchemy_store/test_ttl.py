@@ -1,0 +1,282 @@
+"""Expiry on the read and write paths, on every database and both runners.
+
+No test waits for a clock: a session is made expired by writing a deadline in the
+past (``expire``), as a deadline that has just passed looks to the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import agents
+import pytest
+from sqlalchemy import bindparam, event, func, select, text, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agents_memory import (
+    SchemaNotReadyError,
+    SessionNotFoundError,
+    SessionStore,
+    SQLAlchemySession,
+    SQLiteSession,
+    TableNames,
+    migrations,
+)
+from agents_memory._databases.base import observed
+from agents_memory._sqlalchemy._store import backend_of
+
+HOUR = dt.timedelta(hours=1)
+PAST = dt.datetime(2020, 1, 1)  # noqa: DTZ001 - the store keeps naive UTC
+
+
+def _observe(_conn: Any, _cursor: Any, _statement: str, *_: Any) -> None:
+    """An execution listener: the engine is observed, so its statements go through SQLAlchemy."""
+
+
+@pytest.fixture(params=["driver", "sqlalchemy"])
+def runner(request: pytest.FixtureRequest, engine: AsyncEngine) -> Iterator[str]:
+    """Each test once on the database's driver runner and once on the SQLAlchemy runner."""
+    core = request.param == "sqlalchemy"
+    if core:
+        event.listen(engine.sync_engine, "before_cursor_execute", _observe)
+    assert observed(engine) == core
+    yield request.param
+    if core:
+        event.remove(engine.sync_engine, "before_cursor_execute", _observe)
+
+
+def store_on(engine: AsyncEngine, names: TableNames, **kw: Any) -> SessionStore:
+    return SessionStore(
+        engine,
+        sessions_table=names.sessions,
+        messages_table=names.messages,
+        create_tables=True,
+        **kw,
+    )
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+async def expire(store: SessionStore, *sids: str, at: dt.datetime = PAST) -> None:
+    """Move the deadline of ``sids`` to ``at`` (a time passed), behind the library's back."""
+    backend = backend_of(store)
+    s = backend.st.sessions
+    kind = backend.db.stamp_type(s.c.expires_at.type)
+    statement = (
+        update(s).where(s.c.session_id.in_(sids)).values(expires_at=bindparam("at", type_=kind))
+    )
+    async with store.engine.begin() as conn:
+        await conn.execute(statement, {"at": backend.db.stamp(at)})
+
+
+async def stored(store: SessionStore, sid: str) -> list[Any]:
+    """Every item row of ``sid`` as stored, expired or not (oldest first)."""
+    m = backend_of(store).st.messages
+    query = select(m.c.message_data).where(m.c.session_id == sid).order_by(m.c.id)
+    async with store.engine.connect() as conn:
+        return [json.loads(r) for r in (await conn.execute(query)).scalars()]
+
+
+def near(value: dt.datetime | None, before: dt.datetime, after: dt.datetime) -> bool:
+    """``value`` lies in ``[before, after]`` (to the database's precision: 1 ms slack)."""
+    slack = dt.timedelta(milliseconds=1)
+    return value is not None and before - slack <= value <= after + slack
+
+
+async def test_store_ttl_is_renewed_by_every_write(
+    runner: str, engine: AsyncEngine, names: TableNames
+) -> None:
+    """add_items and replace_items each move the deadline to now + ttl; reads do not."""
+    store = store_on(engine, names, ttl=HOUR)
+    s = store.session("a")
+    before = now()
+    await s.add_items([{"i": 0}])
+    first = await s.expires_at()
+    assert near(first, before + HOUR, now() + HOUR)
+    await expire(store, "a", at=now() + dt.timedelta(minutes=1))  # close, not passed
+    assert await s.get_items() == [{"i": 0}]
+    assert (await s.expires_at()) is not None
+    assert await s.expires_at() < before + HOUR  # type: ignore[operator]  # reads renew nothing
+    before = now()
+    await s.add_items([{"i": 1}])
+    assert near(await s.expires_at(), before + HOUR, now() + HOUR)
+    await expire(store, "a", at=now() + dt.timedelta(minutes=1))
+    before = now()
+    await s.replace_items([{"i": 2}])
+    assert near(await s.expires_at(), before + HOUR, now() + HOUR)
+    assert await s.get_items() == [{"i": 2}]
+    # a store without ttl leaves a deadline that has not passed as it is
+    plain = store_on(engine, names)
+    await plain.session("a").add_items([{"i": 3}])
+    assert near(await s.expires_at(), before + HOUR, now() + HOUR)
+    with pytest.raises(ValueError, match="ttl"):
+        store_on(engine, names, ttl=dt.timedelta(0))
+    with pytest.raises(ValueError, match="ttl"):
+        SQLAlchemySession("x", engine=engine, ttl=5)  # type: ignore[arg-type]
+
+
+async def test_expired_session_reads_as_empty(
+    runner: str, engine: AsyncEngine, names: TableNames
+) -> None:
+    """Before any prune: no items, no pop, no fork; the rows are still there for prune."""
+    store = store_on(engine, names)
+    s = store.session("gone")
+    await s.add_items([{"i": i} for i in range(5)])
+    await store.session("other").add_items([{"i": 9}])
+    await expire(store, "gone")
+    assert await s.get_items() == []
+    assert await s.get_items(limit=2) == []
+    assert [x async for x in s.iter_items(batch_size=2)] == []
+    assert await s.pop_item() is None
+    with pytest.raises(SessionNotFoundError):
+        await store.fork("gone", "copy")
+    assert await store.get_session("gone") is None
+    assert await stored(store, "gone") == [{"i": i} for i in range(5)]  # untouched until prune
+    assert await store.session("other").get_items() == [{"i": 9}]
+    assert await store.session("other").pop_item() == {"i": 9}
+    report = await store.prune()
+    assert report.sessions_deleted == 1
+    assert await stored(store, "gone") == []
+
+
+@pytest.mark.parametrize("ttl", [None, HOUR], ids=["no-ttl", "ttl"])
+async def test_write_to_expired_session_starts_afresh(
+    runner: str, engine: AsyncEngine, names: TableNames, ttl: dt.timedelta | None
+) -> None:
+    """The old items go in the write's own transaction; the deadline is cleared or renewed."""
+    store = store_on(engine, names, ttl=ttl)
+    s = store.session("again")
+    await s.add_items([{"old": i} for i in range(3)])
+    await expire(store, "again")
+    before = now()
+    await s.add_items([{"new": 0}, {"new": 1}])
+    assert await s.get_items() == [{"new": 0}, {"new": 1}]
+    assert await stored(store, "again") == [{"new": 0}, {"new": 1}]
+    if ttl is None:
+        assert await s.expires_at() is None
+    else:
+        assert near(await s.expires_at(), before + ttl, now() + ttl)
+    assert await store.get_session("again") is not None
+    # replace_items on an expired session: the new history, live again
+    await expire(store, "again")
+    await s.replace_items([{"r": 1}])
+    assert await s.get_items() == [{"r": 1}]
+    assert await store.get_session("again") is not None
+    assert (await store.prune()).sessions_deleted == 0
+
+
+async def test_fork_target_gets_the_store_deadline(
+    runner: str, engine: AsyncEngine, names: TableNames
+) -> None:
+    """A fork's new session expires ttl after the fork; without ttl it never does."""
+    store = store_on(engine, names, ttl=HOUR)
+    await store.session("src").add_items([{"role": "user", "content": "hi"}])
+    before = now()
+    await store.fork("src", "dst")
+    assert near(await store.session("dst").expires_at(), before + HOUR, now() + HOUR)
+    plain = store_on(engine, names)
+    await plain.fork("src", "dst2")
+    assert await plain.session("dst2").expires_at() is None
+    assert await plain.session("dst2").get_items() == [{"role": "user", "content": "hi"}]
+
+
+async def test_writers_racing_a_prune(runner: str, engine: AsyncEngine, names: TableNames) -> None:
+    """Each expired session ends holding exactly the racing write's item, whoever went first.
+
+    The prune walks sessions in id order while the writer writes to them in reverse
+    order: sessions the writer reaches first are live again when the prune looks
+    (kept), the others are deleted first and the write starts them afresh. Both
+    outcomes must occur; the report counts the second.
+    """
+    store = store_on(engine, names)
+    sids = [f"s{i:03}" for i in range(150)]
+    for sid in sids:
+        await store.session(sid).add_items([{"old": sid}, {"old": 2}])
+    kept_seen = deleted_seen = 0
+    for _round in range(5):
+        await expire(store, *sids)
+
+        async def writer() -> None:
+            for sid in reversed(sids):
+                await store.session(sid).add_items([{"new": sid}])
+
+        report, _ = await asyncio.gather(store.prune(), writer())
+        for sid in sids:
+            assert await stored(store, sid) == [{"new": sid}], sid
+        deleted_seen += report.sessions_deleted
+        kept_seen += len(sids) - report.sessions_deleted
+        if kept_seen and deleted_seen:
+            break
+        for sid in sids:  # the next round starts from old items again
+            await store.session(sid).replace_items([{"old": sid}, {"old": 2}])
+    assert kept_seen > 0, "the writer never renewed a session before the prune reached it"
+    assert deleted_seen > 0, "the prune never deleted a session before its write"
+
+
+async def test_unmigrated_tables_keep_the_plain_statements(
+    runner: str, engine: AsyncEngine, names: TableNames
+) -> None:
+    """Tables without expires_at (never migrated) are read and written as before; ttl= refuses."""
+    kw = {"sessions_table": names.sessions, "messages_table": names.messages}
+    await migrations.upgrade(engine, revision="0001", **kw)
+    async with engine.begin() as conn:
+        await conn.execute(text(f"DROP TABLE {names.version_table}"))
+    store = SessionStore(engine, **kw)
+    s = store.session("s1")
+    await s.add_items([{"i": 0}, {"i": 1}])
+    await s.replace_items([{"i": 2}, {"i": 3}])
+    assert await s.get_items() == [{"i": 2}, {"i": 3}]
+    assert await s.get_items(limit=1) == [{"i": 3}]
+    assert await s.pop_item() == {"i": 3}
+    await store.session("s2").add_items([{"j": 0}])  # (a fork needs 0002's metadata column)
+    with pytest.raises(SchemaNotReadyError, match="expires_at"):
+        await SessionStore(engine, ttl=HOUR, **kw).session("s1").add_items([{"i": 4}])
+    assert await migrations.current(engine, **kw) is None  # nothing was migrated
+    m = backend_of(store).st.messages
+    async with engine.connect() as conn:
+        count = (await conn.execute(select(func.count()).select_from(m))).scalar_one()
+    assert count == 2  # s1's {i: 2}, s2's {j: 0}
+
+
+async def test_sqlite_session_ttl(tmp_path: Path) -> None:
+    """The stdlib SQLiteSession: ttl renewed by writes, expired reads empty, restarts fresh."""
+    path = tmp_path / "ttl.db"
+    with SQLiteSession("a", path, ttl=HOUR) as s:
+        before = now()
+        await s.add_items([{"i": 0}, {"i": 1}])
+        async with SessionStore.from_url(f"sqlite:///{path}") as store:
+            view = store.session("a")
+            assert near(await view.expires_at(), before + HOUR, now() + HOUR)
+            await expire(store, "a")
+            assert await s.get_items() == []
+            assert await s.pop_item() is None
+            await s.add_items([{"i": 2}])
+            assert await s.get_items() == [{"i": 2}]
+            assert await stored(store, "a") == [{"i": 2}]
+            assert near(await view.expires_at(), before + HOUR, now() + HOUR)
+            await expire(store, "a")
+            await s.replace_items([{"i": 3}])
+            assert await s.get_items() == [{"i": 3}]
+    with pytest.raises(ValueError, match="ttl"):
+        SQLiteSession("a", path, ttl=dt.timedelta(seconds=-1))
+
+
+async def test_sqlite_session_on_sdk_tables(tmp_path: Path) -> None:
+    """A file the Agents SDK wrote (no expires_at): read and written as before; ttl= refuses."""
+    path = tmp_path / "sdk.db"
+    sdk = agents.SQLiteSession("a", str(path))
+    await sdk.add_items([{"role": "user", "content": "hi"}])
+    sdk.close()
+    with SQLiteSession("a", path) as s:
+        await s.add_items([{"role": "user", "content": "ours"}])
+        assert len(await s.get_items()) == 2
+        assert await s.pop_item() == {"role": "user", "content": "ours"}
+    with pytest.raises(SchemaNotReadyError, match="expires_at"):
+        SQLiteSession("a", path, ttl=HOUR)
