@@ -25,6 +25,9 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import MetaData, Table
+from sqlalchemy.schema import DropTable
+
 from agents_memory import SessionStore, TableNames
 from agents_memory._sqlalchemy._bulk import ItemRecord, SessionRecord, SessionWrite, bulk_for
 from benchmarks.run import DEFAULT_PG
@@ -115,7 +118,9 @@ async def run_target(target: str, url: str, items: int, sessions: int) -> PruneR
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         base = await _appender(store, asyncio.Event(), max(50, len(during)))
-        await store.prune(older_than=dt.timedelta(microseconds=1))
+        async with store.engine.begin() as conn:  # leave no table behind on a server
+            for name in (*reversed(NAMES.tables), NAMES.version_table):
+                await conn.execute(DropTable(Table(name, MetaData()), if_exists=True))
     return PruneResult(
         target=target,
         items=items,

@@ -13,12 +13,32 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import bindparam, update
 
 from agents_memory import PruneReport, SessionStore
 from agents_memory._sqlalchemy import _prune
+from agents_memory._sqlalchemy._store import backend_of
 
 CHILD = Path(__file__).with_name("_prune_child.py")
-AGE = dt.timedelta(milliseconds=400)
+AGE = dt.timedelta(days=1)
+"""The policy's age; stale sessions are dated in the past (``backdate``), never waited for."""
+PAST = dt.datetime(2020, 1, 1)  # noqa: DTZ001 - the store keeps naive UTC
+
+
+async def backdate(store: SessionStore, *sids: str, column: str = "updated_at") -> None:
+    """Set ``column`` of the sessions ``sids`` to 2020, behind the library's back.
+
+    ``updated_at``: last written long ago (``older_than`` selects them); ``expires_at``:
+    a deadline that has passed. No test depends on how long anything takes.
+    """
+    backend = backend_of(store)
+    s = backend.st.sessions
+    kind = backend.db.stamp_type(s.c[column].type)
+    statement = (
+        update(s).where(s.c.session_id.in_(sids)).values({column: bindparam("at", type_=kind)})
+    )
+    async with store.engine.begin() as conn:
+        await conn.execute(statement, {"at": backend.db.stamp(PAST)})
 
 
 async def fill(store: SessionStore, sid: str, n: int, **meta: Any) -> None:
@@ -39,10 +59,10 @@ async def ids(store: SessionStore, **kw: Any) -> set[str]:
 
 
 async def old_and_new(store: SessionStore) -> None:
-    """Sessions ``old-*`` last written ``AGE`` ago and ``new-*`` just now."""
+    """Sessions ``old-*`` last written in 2020 and ``new-*`` just now."""
     await fill(store, "old-a", 5, team="x")
     await fill(store, "old-b", 1200, team="y")  # more than one batch: deleted in steps
-    await asyncio.sleep(AGE.total_seconds() * 1.5)
+    await backdate(store, "old-a", "old-b")
     await fill(store, "new-a", 30, team="x")
     await fill(store, "new-b", 2, team="y")
 
@@ -125,12 +145,13 @@ async def test_expired_sessions_are_hidden_then_pruned(store: SessionStore) -> N
     await fill(store, "kept", 3)
     brief = store.session("brief")
     assert await brief.expires_at() is None
-    await brief.set_ttl(dt.timedelta(milliseconds=300))
+    await brief.set_ttl(dt.timedelta(hours=1))
     deadline = await brief.expires_at()
     assert deadline is not None
-    assert dt.timedelta(0) < deadline - _prune.utcnow() <= dt.timedelta(milliseconds=300)
+    assert dt.timedelta(0) < deadline - _prune.utcnow() <= dt.timedelta(hours=1)
     assert await ids(store) == {"brief", "kept"}
-    await asyncio.sleep(0.4)
+    assert await store.prune() == PruneReport(0, 0, 0, 0, dry_run=False)
+    await backdate(store, "brief", column="expires_at")  # the deadline has passed
     assert await ids(store) == {"kept"}
     assert await store.get_session("brief") is None
     assert await store.prune(dry_run=True) == PruneReport(1, 0, 3, 21, dry_run=True)
@@ -206,7 +227,7 @@ async def test_stale_session_written_during_prune_is_kept(store: SessionStore) -
     """A session selected as stale but written to before its delete survives whole."""
     for n in range(250):  # several pages of sessions
         await fill(store, f"s{n:03}", 2)
-    await asyncio.sleep(AGE.total_seconds() * 1.5)
+    await backdate(store, *(f"s{n:03}" for n in range(250)))
     written: list[str] = []
     start = asyncio.Event()
 
@@ -236,7 +257,7 @@ async def test_two_prunes_at_once_reach_the_same_end(store: SessionStore) -> Non
     """Two concurrent prunes: no error, the end state of one, each item counted once."""
     for n in range(30):
         await fill(store, f"s{n}", 1500 if n % 10 == 0 else 40)
-    await asyncio.sleep(AGE.total_seconds() * 1.5)
+    await backdate(store, *(f"s{n}" for n in range(30)))
     for n in range(30, 40):
         await fill(store, f"s{n}", 60)
     other = SessionStore(
