@@ -244,7 +244,7 @@ def portable_statements(
     new = bindparam("new", type_=sessions.c.session_id.type)
     source = sessions.c.session_id == sid
     if clock is not None:
-        source = and_(source, ~expired(sessions, clock))
+        source = and_(source, live(sessions, sid, clock))  # (not ~expired: NULL is live)
     copied = [new, sessions.c["metadata"], now.label("c"), now.label("u")]
     columns = ["session_id", "metadata", "created_at", "updated_at"]
     if clock is not None:

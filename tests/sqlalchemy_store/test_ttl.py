@@ -182,6 +182,9 @@ async def test_fork_target_gets_the_store_deadline(
     await store.fork("src", "dst")
     assert near(await store.session("dst").expires_at(), before + HOUR, now() + HOUR)
     plain = store_on(engine, names)
+    await plain.session("nodeadline").add_items([{"role": "user", "content": "hi"}])
+    await plain.fork("nodeadline", "dst3")  # a source without a deadline is live
+    assert await plain.session("dst3").expires_at() is None
     await plain.fork("src", "dst2")
     assert await plain.session("dst2").expires_at() is None
     assert await plain.session("dst2").get_items() == [{"role": "user", "content": "hi"}]
