@@ -6,13 +6,14 @@ import datetime as dt
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Self
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, delete, select
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agents_memory._closing import AsyncClosing
 from agents_memory._codec import OnCorrupt, encode_items
 from agents_memory._crypto import Keyring
+from agents_memory._databases.base import check_heads, heads_where
 from agents_memory._errors import SessionClosedError
 from agents_memory._ids import validate_session_id
 from agents_memory._protocol import (
@@ -240,17 +241,34 @@ class SQLAlchemySession(AsyncClosing, SessionBase):
         ``None``), is left out of ``SessionStore.list_sessions``, is started afresh
         by its next write and deleted by the next ``SessionStore.prune()``. Setting
         it does not count as a write (``updated_at`` is unchanged); call again to
-        move the deadline. A store's ``ttl=`` sets it on every write instead.
+        move the deadline. A store's ``ttl=`` sets it on every write instead. On a
+        session that has already expired, its old items are deleted first (in the
+        same transaction): a new deadline never brings them back.
         """
         if ttl is not None and (not isinstance(ttl, dt.timedelta) or ttl <= dt.timedelta(0)):
             msg = f"ttl must be a positive datetime.timedelta or None, got {ttl!r}"
             raise ValueError(msg)
         backend = self._live()
         db = backend.db
-        expires = None if ttl is None else db.stamp(utcnow() + ttl)
+        now = utcnow()
+        expires = None if ttl is None else db.stamp(now + ttl)
         statement = db.upsert_expiry(backend.st.sessions)
         params = {"sid": self.session_id, "expires": expires, **db.metadata_params()}
+        s, m = backend.st.sessions, backend.st.messages
+        sid = bindparam("sid", type_=s.c.session_id.type)
+        at = bindparam("checked_at", db.stamp(now), type_=db.stamp_type(s.c.expires_at.type))
+        # Locked first (as appends and prunes lock it), so the three never wait in a cycle.
+        passed = select(s.c.expires_at <= at).where(s.c.session_id == sid).with_for_update()
         async with backend.transaction() as conn:
+            if (await conn.execute(passed, params)).scalar():
+                # An expired session reads as empty: a new deadline must not bring its old
+                # items back, so they go now (as a write to it would delete them), checked
+                # against the keyring first as every delete of items is.
+                mine = m.c.session_id == sid
+                check_heads(
+                    (await conn.execute(heads_where(m, mine), params)).all(), backend.keyring
+                )
+                await conn.execute(delete(m).where(mine), params)
             await conn.execute(statement, params)
 
     async def expires_at(self) -> dt.datetime | None:

@@ -146,6 +146,24 @@ async def test_expired_session_reads_as_empty(
     assert await stored(store, "gone") == []
 
 
+async def test_set_ttl_on_an_expired_session_does_not_bring_it_back(
+    runner: str, engine: AsyncEngine, names: TableNames
+) -> None:
+    """A new deadline on an expired session: its old items are gone, the row stays."""
+    store = store_on(engine, names)
+    s = store.session("late")
+    await s.add_items([{"i": 0}, {"i": 1}])
+    await s.set_ttl(HOUR)  # not expired: the items stay
+    assert await s.get_items() == [{"i": 0}, {"i": 1}]
+    await expire(store, "late")
+    await s.set_ttl(HOUR)
+    assert await s.get_items() == []
+    assert await stored(store, "late") == []
+    assert await store.get_session("late") is not None
+    await s.add_items([{"i": 2}])
+    assert await s.get_items() == [{"i": 2}]
+
+
 @pytest.mark.parametrize("ttl", [None, HOUR], ids=["no-ttl", "ttl"])
 async def test_write_to_expired_session_starts_afresh(
     runner: str, engine: AsyncEngine, names: TableNames, ttl: dt.timedelta | None
