@@ -69,7 +69,7 @@ def _reseal(keyring: Keyring, row_id: object, data: object) -> str | None:
     """
     if not isinstance(data, str):
         return None  # invalid UTF-8 written behind our back: not text, left as it is
-    text = keyring.decrypt(data, row_id=row_id) if is_envelope(data) else data
+    text = keyring.decrypt(data, row_id=row_id, cache=False) if is_envelope(data) else data
     return keyring.encrypt(text)
 
 
