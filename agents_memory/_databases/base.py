@@ -122,6 +122,15 @@ class Statements:
     """Postgres: the one-statement pop, deleting the newest row only if it is not encrypted."""
     clear_plain: Executable | None = None
     """Postgres: the one-statement clear, only for a session holding no encrypted row."""
+    lock_session: Executable | None = None
+    """Postgres, MySQL: ``SELECT … FOR UPDATE`` of the session row, a checked clear's first step.
+
+    Every writer of a session's items locks that row first (appends and replaces
+    upsert it, a rotation batch key-share-locks it), so once a clear holds it no
+    row can appear or change under it between the check of the envelope heads and
+    the delete: a writer with another keyring cannot slip in an envelope the
+    clear's keyring could not open (the cascade would delete it unchecked).
+    """
 
 
 HEAD_CHARS = 120
