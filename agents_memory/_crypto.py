@@ -164,15 +164,18 @@ class Keyring:
 
     ``cache_size`` (default 1024, ``0`` turns it off) keeps the plaintext of the most
     recently opened envelopes, keyed by the exact stored envelope text, so re-reading
-    the latest items of a conversation (what an agent does every turn) skips base64 and
-    AES-GCM: measured, latest-20 reads went from about 0.5-0.8x of plaintext reads to
-    parity (``benchmarks/encryption.py``). Only envelopes that authenticated are cached
-    (a tampered or wrong-key row raises every time), and envelopes over 16 KiB are not
-    cached at all. The trade-off: up to ``cache_size`` decrypted items (at most 16 KiB
-    each) stay in this process's memory after the read that needed them; a core dump or
-    a memory-reading attacker sees them. Pass ``cache_size=0`` when that matters more
-    than read speed. The cache is shared by :meth:`with_current` copies and is safe to
-    use from the event loop and ``SQLiteSession`` worker threads at once.
+    the latest items of a conversation (what an agent does every turn) skips base64
+    and AES-GCM: on a busy 2-CPU VM latest-20 reads measured 0.4-0.9x of plaintext
+    reads without it and 0.7-1.3x with it (``benchmarks/encryption.py``); a hit costs
+    ~0.8 us. Only envelopes that authenticated are cached (a tampered or wrong-key row
+    raises every time), and envelopes over 16 KiB are not cached at all.
+
+    The trade-off: up to ``cache_size`` decrypted items (at most 16 KiB each) stay in
+    this process's memory after the read that needed them, even after the rows are
+    deleted, until newer reads evict them; a core dump or a memory-reading attacker
+    sees them. Pass ``cache_size=0`` when that matters more than read speed. The cache
+    is shared by :meth:`with_current` copies and is safe to use from the event loop
+    and ``SQLiteSession`` worker threads at once.
     """
 
     __slots__ = ("_aad", "_cache", "_ciphers", "_current", "_headers")
