@@ -146,6 +146,11 @@ async def import_file(
     The whole file is validated before anything is written, so a malformed line
     changes nothing. Then each batch is one transaction, and a re-run after an
     interruption resumes (see :mod:`agents_memory._admin._transfer`).
+
+    With ``target.keyring``, plaintext items are sealed under its current key and
+    sealed items are written as they are, once the scan has opened every one of
+    them with that keyring (a key it lacks: :class:`~agents_memory.MissingKeyError`
+    before anything is written).
     """
     progress = progress or NoProgress()
     with _local_file(source) as path:
@@ -153,7 +158,7 @@ async def import_file(
             if stream.read(2) == GZIP_MAGIC:
                 raise InvalidFileError(_gzip_advice(source))
             stream.seek(0)
-            totals = scan(stream)
+            totals = scan(stream, target.keyring)
         await migrations.upgrade(target.url, **target.table_kwargs)
         async with open_store(target, must_exist=False) as store:
             progress.start(totals.items)

@@ -24,7 +24,7 @@ from agents_memory._admin._errors import InvalidFileError
 from agents_memory._admin._transfer import SourceSession
 from agents_memory._codec import decode_json as _decode
 from agents_memory._codec import encode_item
-from agents_memory._crypto import is_envelope
+from agents_memory._crypto import Keyring, is_envelope
 from agents_memory._sqlalchemy._bulk import ItemRecord, SessionRecord
 
 _HEADER_KEYS = frozenset({"session", "created_at", "updated_at", "metadata"})
@@ -134,11 +134,20 @@ class Scan:
     items: int
 
 
-def scan(stream: BinaryIO) -> Scan:
-    """Validate a whole file before anything is written; return its totals."""
+def scan(stream: BinaryIO, keyring: Keyring | None = None) -> Scan:
+    """Validate a whole file before anything is written; return its totals.
+
+    With ``keyring`` (an encrypting import) every sealed item must open with it:
+    one under a key id it lacks is a :class:`~agents_memory.MissingKeyError`, a
+    wrong key or an altered item a :class:`~agents_memory.DecryptionError`, naming
+    the line and the key id, before anything is written. Otherwise the store would
+    hold rows its own keyring cannot read (nor clear, pop or prune).
+    """
     sessions = items = 0
     first: dict[str, int] = {}
     for lineno, record in _records(stream):
+        if keyring is not None and isinstance(record, ItemRecord) and record.sealed is not None:
+            keyring.decrypt(record.sealed, row_id=f"on line {lineno}", cache=False)
         if isinstance(record, SessionRecord):
             sid = record.session_id
             if sid in first:

@@ -7,7 +7,11 @@ target session holds a *prefix* of its source items. That makes resuming
 simple and safe: for a session the target already has, with ``resume`` (the
 default) the writer checks that the target's newest item (content and time) is
 the source's item at that position, skips that many source items, and appends
-the rest. A target session that is not a prefix of the source is a conflict,
+the rest. An item compares by what it says: a sealed item of the source (an
+export's ``{"sealed": …}``) matches the target's row it was written as, and a
+plaintext one matches the row an encrypting target sealed it into, as long as
+the target's keyring opens them (a resumed encrypting import recognises its own
+rows). A target session that is not a prefix of the source is a conflict,
 reported before anything of it is written; ``skip``, ``replace`` and
 ``append`` are the explicit alternatives.
 
@@ -21,6 +25,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 from agents_memory._admin._errors import ConflictError, NotFoundError
 from agents_memory._admin._types import IF_EXISTS, IfExists, NoProgress, Progress
+from agents_memory._codec import decode_row
+from agents_memory._crypto import Keyring
+from agents_memory._errors import DecryptionError
 from agents_memory._sqlalchemy._bulk import (
     MAX_IDS_PER_QUERY,
     Bulk,
@@ -61,14 +68,26 @@ class TransferResult:
     """Items not written because the target already held them (or kept its own, ``skip``)."""
 
 
-def _same(a: ItemRecord | None, b: ItemRecord | None) -> bool:
-    if a is None or b is None:
+def _opened(entry: ItemRecord, keyring: Keyring | None) -> dict[str, object] | None:
+    """What an item says: its item, or its sealed envelope opened (``None``: cannot say)."""
+    if entry.sealed is None:
+        return entry.item
+    if keyring is None:
+        return None
+    try:
+        return decode_row(entry.sealed, row_id="(sealed)", on_corrupt="raise", keyring=keyring)
+    except (DecryptionError, ValueError):
+        return None
+
+
+def _same(a: ItemRecord | None, b: ItemRecord | None, keyring: Keyring | None = None) -> bool:
+    """Whether two records are the same item at the same time (sealed or not, see above)."""
+    if a is None or b is None or naive_utc(a.created_at) != naive_utc(b.created_at):
         return False
-    return (
-        a.item == b.item
-        and a.sealed == b.sealed
-        and naive_utc(a.created_at) == naive_utc(b.created_at)
-    )
+    if (a.sealed is None) == (b.sealed is None):
+        return a.item == b.item and a.sealed == b.sealed
+    mine, theirs = _opened(a, keyring), _opened(b, keyring)
+    return mine is not None and mine == theirs
 
 
 def _conflict(sid: str, detail: str) -> ConflictError:
@@ -93,6 +112,7 @@ class Writer:
             msg = f"if_exists must be one of {', '.join(IF_EXISTS)}, got {if_exists!r}"
             raise ValueError(msg)
         self._dest = dest
+        self._keyring = dest.keyring
         self._batch_size = batch_size
         self._if_exists: IfExists = if_exists
         self._progress = progress
@@ -167,7 +187,7 @@ class Writer:
         n = src.item_count
         if n is None or n != existing.item_count:
             return False
-        if n and not _same(src.last_item, existing.last_item):
+        if n and not _same(src.last_item, existing.last_item, self._keyring):
             return False
         self._present(n)
         if src.record == existing.record:
@@ -186,7 +206,11 @@ class Writer:
         async for item in src.items():
             seen += 1
             if seen <= skip:
-                if seen == skip and existing is not None and not _same(item, existing.last_item):
+                if (
+                    seen == skip
+                    and existing is not None
+                    and not _same(item, existing.last_item, self._keyring)
+                ):
                     raise _conflict(sid, f"its item {skip} differs from the source's")
                 self._present(1)
                 continue

@@ -165,6 +165,7 @@ def import_(
     ],
     if_exists: IfExistsOption = IfExistsChoice.resume,
     batch: BatchOption = 1000,
+    keys_file: KeysFileOption = None,
     url: UrlOption = None,
     sessions_table: SessionsTableOption = None,
     messages_table: MessagesTableOption = None,
@@ -174,9 +175,11 @@ def import_(
 
     The whole file is checked before anything is written. Each batch is one
     transaction; if the import stops half-way, run it again: sessions already
-    there are recognised and finished, not duplicated.
+    there are recognised and finished, not duplicated. With keys (--keys-file or
+    the environment, as for `keys rotate`) plaintext items are encrypted under the
+    current key, and every sealed item must open with those keys.
     """
-    where = target(ctx, url, sessions_table, messages_table)
+    where = with_keys(target(ctx, url, sessions_table, messages_table), keys_file)
     source = None if str(file) == "-" else file
     as_json = wants_json(ctx, json_)
     mode: IfExists = if_exists.value

@@ -130,6 +130,15 @@ class Statements:
     """Expiry variant: the items of ``sid`` if its deadline has passed (a write starts afresh)."""
     restart_session: Executable | None = None
     """MySQL's expiry variant: an expired row of ``sid`` started afresh (``expires``, its time)."""
+    lock_session: Executable | None = None
+    """Postgres, MySQL: ``SELECT … FOR UPDATE`` of the session row, a checked clear's first step.
+
+    Every writer of a session's items locks that row first (appends and replaces
+    upsert it, a rotation batch key-share-locks it), so once a clear holds it no
+    row can appear or change under it between the check of the envelope heads and
+    the delete: a writer with another keyring cannot slip in an envelope the
+    clear's keyring could not open (the cascade would delete it unchecked).
+    """
 
 
 HEAD_CHARS = 120

@@ -8,8 +8,10 @@
   one transaction (MySQL has no ``DELETE … RETURNING``): a concurrent popper
   waits on the same row and, once it is gone, moves on, so each item is
   claimed once.
-* A clear deletes the session row and lets ``ON DELETE CASCADE`` remove its items;
-  locking the session row first, as appends do, the two never wait in a cycle.
+* A clear locks the session row (``SELECT … FOR UPDATE``), checks the envelope
+  heads, then deletes the row and lets ``ON DELETE CASCADE`` remove its items;
+  locking the session row first, as appends do, the two never wait in a cycle,
+  and no item can be written between the check and the delete.
 * A statement larger than the server's ``max_allowed_packet`` makes the server
   drop the connection ("Lost connection"): items are measured first and a
   ``ValueError`` names the limit instead.
@@ -396,6 +398,10 @@ class Operations(RowReads):
 
         async def body(ex: Executor) -> bool:
             if checked:
+                # Lock the session row first, as every writer of its items does: an append
+                # waiting there commits before the heads are read (the read view is made at
+                # that first plain read, after the lock), or lands after the delete.
+                await ex.rows("lock_session", params)
                 check_heads(await ex.rows("select_heads", params), keyring)
             return bool(await ex.run("delete_session", params))
 
@@ -489,6 +495,9 @@ class MySQL(Database):
         fields.update(
             pop=newest,
             delete_session=delete(sessions).where(sessions.c.session_id == sid),
+            lock_session=select(sessions.c.session_id)
+            .where(sessions.c.session_id == sid)
+            .with_for_update(),
             limits=select(literal_column("@@max_allowed_packet")),
         )
         if expiry:

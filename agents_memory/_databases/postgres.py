@@ -398,9 +398,12 @@ class Operations(RowReads):
             return bool(rows)
 
         if await self._runner.write(lambda ex: ex.rows("clear_plain", params), single=True):
-            return True  # no encrypted row: nothing to check (one statement)
+            return True  # no encrypted row, nothing changed under it: one statement
 
         async def body(ex: Executor) -> bool:
+            # Lock the session row first: writers queue there, so the heads read next (a
+            # new snapshot, READ COMMITTED) are every row the delete will remove.
+            await ex.rows("lock_session", params)
             check_heads(await ex.rows("select_heads", params), keyring)
             return bool(await ex.rows("clear", params))
 
@@ -533,22 +536,62 @@ class Postgres(Database):
             .returning(sessions.c.session_id)
             .add_cte(gone)
         )
-        # The same, only for a session holding no encrypted row: nothing to check, so a
-        # clear stays one statement; otherwise it deletes nothing and the checked clear runs.
-        sealed = (
+        # The same as one statement, only for a session holding no encrypted row. One
+        # statement has one snapshot, taken before it can lock anything: a writer (with
+        # another keyring, say) that commits an envelope after that snapshot is invisible
+        # to any check in it, yet the session row's delete would cascade to its rows. So
+        # it deletes only what it has proven is all there is, and otherwise deletes
+        # nothing (then the checked clear above runs):
+        # * ``locked``: the session row, FOR UPDATE; every writer of items holds that row
+        #   while it writes (appends upsert it, rotation key-share-locks it), so from here
+        #   nothing new can be written until this commits;
+        # * the version locked is the version in the snapshot (``xmin`` unchanged): no
+        #   append committed between the snapshot and the lock (each upsert makes a new
+        #   version);
+        # * ``plain``: every item row, FOR UPDATE, and still not an envelope in its latest
+        #   version (READ COMMITTED re-checks a locked row's newest version), as many as the
+        #   snapshot holds: none was encrypted (rotation), added or removed meanwhile.
+        held = sessions.alias("held")
+        seen = sessions.alias("seen")
+        version: ColumnElement[Any] = literal_column("xmin")
+        held_version = (
+            select(version.label("v"))
+            .select_from(held)
+            .where(held.c.session_id == sid)
+            .with_for_update()
+            .cte("locked")
+        )
+        locked_v = select(held_version.c.v).scalar_subquery()
+        plain = (
             select(messages.c.id)
             .where(
                 messages.c.session_id == sid,
-                func.substr(messages.c.message_data, 1, 2) == ENVELOPE_MARK,
+                func.substr(messages.c.message_data, 1, 2) != ENVELOPE_MARK,
+                locked_v.is_not(None),  # the session row is locked before any item row
             )
-            .exists()
+            .with_for_update()
+            .cte("plain")
         )
-        gone_plain = delete(messages).where(messages.c.session_id == sid, ~sealed).cte("m")
+        in_snapshot = (
+            select(func.count())
+            .select_from(messages)
+            .where(messages.c.session_id == sid)
+            .scalar_subquery()
+        )
+        unchanged = and_(
+            locked_v
+            == select(version).select_from(seen).where(seen.c.session_id == sid).scalar_subquery(),
+            select(func.count()).select_from(plain).scalar_subquery() == in_snapshot,
+        )
+        gone_plain = delete(messages).where(messages.c.session_id == sid, unchanged).cte("m")
         clear_plain = (
             delete(sessions)
-            .where(sessions.c.session_id == sid, ~sealed)
+            .where(sessions.c.session_id == sid, unchanged)
             .returning(sessions.c.session_id)
             .add_cte(gone_plain)
+        )
+        lock_session = (
+            select(sessions.c.session_id).where(sessions.c.session_id == sid).with_for_update()
         )
         return Statements(
             **{
@@ -558,6 +601,7 @@ class Postgres(Database):
                 "append": append,
                 "clear": clear,
                 "clear_plain": clear_plain,
+                "lock_session": lock_session,
                 "replace_rows": replace_rows,
                 "share_source": select(sessions.c.session_id)
                 .where(sessions.c.session_id == sid)

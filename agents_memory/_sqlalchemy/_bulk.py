@@ -196,6 +196,11 @@ class Bulk:
         self._st = _statements(backend.names, cast("Any", backend.db))
         self._stamp = backend.db.stamp
 
+    @property
+    def keyring(self) -> Keyring | None:
+        """The store's keyring: what it seals plaintext items with and opens rows with."""
+        return self._backend.keyring
+
     # -- reads --------------------------------------------------------------------------------
 
     async def states_after(self, after: str | None, limit: int) -> list[SessionState]:

@@ -12,6 +12,10 @@ A run re-encrypts the rows that exist when it starts (ids up to the newest then)
 so it ends even while the application keeps appending under an old key; such
 later rows are counted in ``remaining`` and taken by the next run.
 
+Each batch first key-share-locks its rows' session rows (see :func:`_write_batch`),
+so a clear, which checks envelope heads under that row's lock, never deletes a row
+re-sealed under a key it lacks between its check and its delete.
+
 Killed at any point, a rotation loses nothing (an uncommitted batch is rolled
 back whole) and a new run resumes where it stopped: rows already under the
 target key no longer match the scan's filter.
@@ -69,7 +73,7 @@ def _reseal(keyring: Keyring, row_id: object, data: object) -> str | None:
     """
     if not isinstance(data, str):
         return None  # invalid UTF-8 written behind our back: not text, left as it is
-    text = keyring.decrypt(data, row_id=row_id) if is_envelope(data) else data
+    text = keyring.decrypt(data, row_id=row_id, cache=False) if is_envelope(data) else data
     return keyring.encrypt(text)
 
 
@@ -86,10 +90,12 @@ async def _write_batch(
     target key (a row someone changed meanwhile kept its value, so it is not).
     """
     updates = []
-    for row_id, data in rows:
+    sids = set()
+    for row_id, data, sid in rows:
         sealed = _reseal(keyring, row_id, data)
         if sealed is not None:
             updates.append({"rid": row_id, "old": data, "new": sealed})
+            sids.add(sid)
     if not updates:
         return 0, 0
     c = backend.st.messages.c
@@ -102,9 +108,24 @@ async def _write_batch(
             func.substr(c.message_data, 1, len(head)) == head,
         )
     )
+    sessions = backend.st.sessions
+    # Key-share-lock the batch's session rows first (in id order: rotations never wait in
+    # a cycle), as every writer of items locks its session row: a checked clear holds
+    # that row FOR UPDATE from before it reads the envelope heads until its delete, so a
+    # row re-sealed under a key the clearing keyring lacks is never deleted unchecked.
+    # Appends (Postgres: a no-key update of the row) do not wait for it; SQLite has one
+    # writer (no row locks: the clause is not rendered).
+    lock = (
+        select(sessions.c.session_id)
+        .where(sessions.c.session_id.in_(bindparam("sids", expanding=True)))
+        .order_by(sessions.c.session_id)
+        .with_for_update(read=True, key_share=True)
+    )
+    ids = [u["rid"] for u in updates]
     async with backend.transaction() as conn:
+        await conn.execute(lock, {"sids": sorted(sids)})
         await conn.execute(write, updates)
-        done = (await conn.execute(applied, {"ids": [u["rid"] for u in updates]})).scalar_one()
+        done = (await conn.execute(applied, {"ids": ids})).scalar_one()
     return int(done), len(updates)
 
 
@@ -132,7 +153,7 @@ async def rotate(
     c = messages.c
     head = keyring.header(to) + ":"
     scan = (
-        select(c.id, c.message_data)
+        select(c.id, c.message_data, c.session_id)
         .where(c.id > bindparam("after"), c.id <= bindparam("upto"), _needs_rotation(backend, head))
         .order_by(c.id)
         .limit(bindparam("n"))

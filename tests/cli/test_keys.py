@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select
 from typer.testing import CliRunner, Result
 
-from agents_memory import Keyring, SessionStore, get_models
+from agents_memory import Keyring, SessionStore, get_models, migrations
 from agents_memory._cli import app
 
 KEY_A = Keyring.generate_key()
@@ -170,3 +170,120 @@ async def test_delete_refuses_without_keys_and_forces_on_request(
     await invoke(cli, "sessions", "delete", "s2", "--yes", "--force", env={})
     assert await encrypted.get_session("s2") is None
     await encrypted.close()
+
+
+# -- import with keys: seal plaintext, check sealed items first, resume over sealed rows --------
+
+KEY_C = Keyring.generate_key()
+
+
+def _line(value: dict[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False) + "\n"
+
+
+def _export_text(sessions: dict[str, list[dict[str, Any] | str]]) -> str:
+    """An export: each session's header, then items (a ``str`` is a sealed envelope)."""
+    out = []
+    for sid, entries in sessions.items():
+        out.append(
+            _line(
+                {
+                    "session": sid,
+                    "created_at": "2025-01-01T00:00:00",
+                    "updated_at": "2025-01-01T01:00:00",
+                    "metadata": None,
+                }
+            )
+        )
+        for n, entry in enumerate(entries):
+            when = f"2025-01-01T00:00:{n:02d}"
+            if isinstance(entry, str):
+                out.append(_line({"sealed": entry, "created_at": when}))
+            else:
+                out.append(_line({"item": entry, "created_at": when}))
+    return "".join(out)
+
+
+async def _raw_rows(cli: Any) -> list[tuple[str, str]]:
+    names = cli.names
+    kw = {"sessions_table": names.sessions, "messages_table": names.messages}
+    async with SessionStore.from_url(cli.url, **kw) as store:
+        m = get_models(names).Message.__table__
+        async with store.engine.connect() as conn:
+            query = select(m.c.session_id, m.c.message_data).order_by(m.c.id)
+            return [(r[0], r[1]) for r in await conn.execute(query)]
+
+
+async def test_import_with_keys_seals_plaintext_and_resumes_over_sealed_rows(
+    cli: Any, tmp_path: Path
+) -> None:
+    from agents_memory._codec import encode_item  # noqa: PLC0415
+
+    sealed_a = BOTH.encrypt(encode_item({"s": 0, "n": 2}))  # an item exported sealed, key a
+    full = {
+        "s0": [{"s": 0, "n": 0}, {"s": 0, "n": 1}, sealed_a, {"s": 0, "n": 3}],
+        "s1": [{"s": 1, "n": n} for n in range(5)],
+    }
+    # An interrupted import left a prefix of each session: s0 ends on the sealed item,
+    # s1 on a plaintext item the import sealed under b.
+    partial = {"s0": full["s0"][:3], "s1": full["s1"][:2]}
+    env = {**ENV, "AGENTS_MEMORY_KEY_CURRENT": "b"}
+    first, whole = tmp_path / "partial.jsonl", tmp_path / "full.jsonl"
+    first.write_text(_export_text(partial))
+    whole.write_text(_export_text(full))
+    await invoke(cli, "import", str(first), env=env)
+    out = await invoke(cli, "import", str(whole), "--json", env=env)
+    result = json.loads(out.stdout)
+    assert result["items_written"] == 4
+    assert result["items_present"] == 5
+    rows = await _raw_rows(cli)
+    assert len(rows) == 9  # nothing stored twice
+    assert all(data.startswith("am1:") for _, data in rows)  # nothing plaintext at rest
+    assert [data for _, data in rows].count(sealed_a) == 1  # the sealed item byte for byte
+    assert sum(data.startswith("am1:b:") for _, data in rows) == 8
+    names = cli.names
+    kw = {"sessions_table": names.sessions, "messages_table": names.messages}
+    async with SessionStore.from_url(cli.url, encryption=BOTH, **kw) as store:
+        assert await store.session("s0").get_items() == [{"s": 0, "n": n} for n in range(4)]
+        assert await store.session("s1").get_items() == [{"s": 1, "n": n} for n in range(5)]
+    # once more: everything is recognised, nothing written
+    out = await invoke(cli, "import", str(whole), "--json", env=env)
+    assert json.loads(out.stdout)["items_written"] == 0
+    assert len(await _raw_rows(cli)) == 9
+    # a keys file works the same way (and the key never shows up in the output)
+    keys = tmp_path / "keys.txt"
+    keys.write_text(f"a={KEY_A}\nb={KEY_B}\n")
+    out = await invoke(cli, "import", str(whole), "--keys-file", str(keys), "--json", env={})
+    assert json.loads(out.stdout)["items_present"] == 9
+
+
+async def test_import_refuses_a_sealed_item_its_keys_cannot_open_before_writing(
+    cli: Any, tmp_path: Path
+) -> None:
+    from agents_memory._codec import encode_item  # noqa: PLC0415
+
+    names = cli.names
+    kw = {"sessions_table": names.sessions, "messages_table": names.messages}
+    await migrations.upgrade(cli.url, **kw)
+    other = Keyring({"c": KEY_C, "a": Keyring.generate_key()}, current="c")
+    file = tmp_path / "in.jsonl"
+    cases = [
+        (other.encrypt(encode_item({"n": 1})), "key id 'c', which is not in the keyring"),
+        (other.with_current("a").encrypt(encode_item({"n": 1})), "is a different key"),
+    ]
+    for sealed, message in cases:
+        # the bad item comes last, after a whole session that would have been written first
+        text = _export_text({"first": [{"n": 0}] * 3, "second": [{"n": 0}, sealed]})
+        file.write_text(text)
+        out = await invoke(cli, "import", str(file), env=ENV, code=1)
+        assert message in out.stderr
+        assert "line 7" in out.stderr
+        for form in key_forms(KEY_C):
+            assert form not in out.stdout
+            assert form not in out.stderr
+        assert await _raw_rows(cli) == []
+        async with SessionStore.from_url(cli.url, **kw) as store:
+            assert (await store.list_sessions()).sessions == []
+    # without keys the file is carried as it is (no key needed to move sealed rows)
+    await invoke(cli, "import", str(file), env={})
+    assert len(await _raw_rows(cli)) == 5

@@ -161,7 +161,9 @@ async def test_a_row_changed_between_read_and_write_is_left_as_written(
     backend = mixed._backend
     m = get_models(names).Message.__table__
     async with engine.connect() as conn:
-        rows = (await conn.execute(select(m.c.id, m.c.message_data).order_by(m.c.id))).all()
+        rows = (
+            await conn.execute(select(m.c.id, m.c.message_data, m.c.session_id).order_by(m.c.id))
+        ).all()
     # meanwhile the application pops s2's newest item and rewrites s0's first row
     assert await mixed.session("s2").pop_item() == {"s": 2, "n": 11}
     rewritten = BOTH.encrypt('{"s":0,"n":0}')
