@@ -237,8 +237,9 @@ async def test_two_swaps_of_one_snapshot_at_once_one_wins(
                 asyncio.ensure_future(snap.replace_suffix(0, one)),
                 asyncio.ensure_future(snap.replace_suffix(0, two)),
             ]
-            for _ in range(300):
+            for _ in range(1500):
                 await asyncio.sleep(0.02)
+                assert not any(t.done() for t in tasks), [t.result() for t in tasks if t.done()]
                 if await _waiters(rstore, backend.kind) == 2:
                     break
             else:
