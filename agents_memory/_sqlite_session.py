@@ -47,6 +47,8 @@ from agents_memory._protocol import (
     resolve_limit,
     writes_overridden,
 )
+from agents_memory._sqlalchemy import _compaction as compaction
+from agents_memory._sqlalchemy._cancel import run_to_completion
 from agents_memory._sqlalchemy._timestamps import check_ttl, utcnow
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 from agents_memory.models import REVISION
@@ -380,6 +382,51 @@ class SQLiteSession(SessionBase):
             return False
         await self.replace_items(items)
         return True
+
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Callable[[Any], bool] | None = None
+    ) -> compaction.CompactionSnapshot | None:
+        """The Agents SDK's partial-compaction hook (as ``SQLAlchemySession``'s; ``_compaction``).
+
+        The read is one snapshot; the swap is one write transaction on the file
+        (grouped with other writes, in its own savepoint) that checks the suffix first.
+        """
+        self._check_open()
+        if compaction.declined(type(self), SQLiteSession):
+            return None
+        limit = compaction.check_limit(limit)
+        sql = compaction.compiled(self._names, lite.DIALECT)
+        sid, keyring = self.session_id, self._keyring
+
+        def read(conn: sqlite3.Connection) -> list[Any]:
+            with _snapshot(conn):
+                return compaction.read_sync(conn, sql, sid, limit)
+
+        decoded = compaction.decode_tail(await self._call(read), limit, keyring)
+        if decoded is None:
+            return None
+        rows, items, complete = decoded
+
+        async def replace_suffix(start: int, output: list[TResponseInputItem]) -> bool:
+            expected = rows[start:]
+            if not expected:
+                return False
+            data = compaction.encode_output(list(output), keyring, ensure_ascii=False)
+
+            swap_ = compaction.Swap(sid, expected, data, limit, prune_prefix, keyring)
+
+            def swap(conn: sqlite3.Connection) -> bool:
+                def job(c: sqlite3.Connection) -> bool:
+                    return compaction.swap_body_sync(c, sql, self._sql, swap_, lite.now())
+
+                try:
+                    return self._write(conn, job, sum(map(len, data)))
+                except compaction.Stale:
+                    return False
+
+            return await run_to_completion(self._call(swap))
+
+        return compaction.CompactionSnapshot(items, complete, replace_suffix)
 
     # -- lifetime -----------------------------------------------------------------------------
 

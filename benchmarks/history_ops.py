@@ -94,7 +94,8 @@ async def run_target(url: str, items: list[dict[str, Any]], repeats: int) -> dic
         await store.close()
         async with engine.begin() as conn:
             names = store.table_names
-            for table in (names.messages, names.sessions, names.version_table):
+            # every table of the set (the advanced ones refer to these), dependents first
+            for table in (*reversed(names.tables), names.version_table):
                 await conn.execute(DropTable(Table(table, MetaData()), if_exists=True))
         await engine.dispose()
     return {k: statistics.median(v) for k, v in times.items()}

@@ -112,6 +112,12 @@ class Statements:
     """The id of the ``skip``-th (0-based) user item of ``sid``: where turn ``skip + 1`` starts."""
     fork_items: Executable | None = None
     """Copy ``sid``'s items below id ``cut`` to ``new``, in order, on the database."""
+    fork_structure: Executable | None = None
+    """After ``fork_items``: the advanced sessions' turn rows of the copied items, for ``new``."""
+    fork_usage: Executable | None = None
+    """After ``fork_structure``: the usage of each (branch, turn) the fork holds a row of."""
+    fork_branches: Executable | None = None
+    """The branch names ``sid`` has used, reserved for ``new`` too."""
     share_source: Executable | None = None
     """Postgres: ``SELECT … FOR SHARE`` of the source's session row, a fork's first statement.
 
@@ -263,6 +269,7 @@ def portable_statements(
     fork_session: Any = insert(sessions).from_select(columns, select(*copied).where(source))
     if returning:
         fork_session = fork_session.returning(sessions.c.session_id)
+    fork_structure, fork_usage, fork_branches = _fork_advanced(models, sid, new)
     return Statements(
         sessions=sessions,
         messages=messages,
@@ -303,7 +310,68 @@ def portable_statements(
         drop_expired=None
         if clock is None
         else delete(messages).where(every, ~live(sessions, sid, clock)),
+        fork_structure=fork_structure,
+        fork_usage=fork_usage,
+        fork_branches=fork_branches,
     )
+
+
+def _fork_advanced(models: Any, sid: Any, new: Any) -> tuple[Executable, Executable, Executable]:  # noqa: ANN401
+    """A fork's copies of what advanced sessions keep beside the items, all ``INSERT … SELECT``.
+
+    The copied items got new ids in the same order (``fork_items`` inserts them
+    ordered by id), so the k-th item of the source (below the cut) is the k-th
+    of the fork: the structure rows are matched by that rank (``ROW_NUMBER``).
+    Usage goes with each (branch, turn) the fork holds a structure row of; every
+    branch name the source used stays reserved in the fork.
+    """
+    messages, structure = models.Message.__table__, models.Structure.__table__
+    usage, branches = models.TurnUsage.__table__, models.Branch.__table__
+    cut = bindparam("cut", type_=messages.c.id.type)
+    rank = func.row_number().over(order_by=messages.c.id).label("rn")
+    old = (
+        select(messages.c.id, rank)
+        .where(messages.c.session_id == sid, messages.c.id < cut)
+        .subquery("old")
+    )
+    fresh = select(messages.c.id, rank).where(messages.c.session_id == new).subquery("fresh")
+    s = structure.c
+    columns = ["message_type", "sequence_number", "user_turn_number", "branch_turn_number"]
+    copy_structure = insert(structure).from_select(
+        ["session_id", "message_id", "branch_id", *columns, "tool_name", "created_at"],
+        select(new, fresh.c.id, s.branch_id, *(s[c] for c in columns), s.tool_name, s.created_at)
+        .select_from(structure)
+        .join(old, old.c.id == s.message_id)
+        .join(fresh, fresh.c.rn == old.c.rn)
+        .where(s.session_id == sid)
+        .order_by(s.id),
+    )
+    u = usage.c
+    held = select(s.id).where(
+        s.session_id == new, s.branch_id == u.branch_id, s.user_turn_number == u.user_turn_number
+    )
+    counts = [
+        "user_turn_number",
+        "requests",
+        "input_tokens",
+        "output_tokens",
+        "total_tokens",
+        "input_tokens_details",
+        "output_tokens_details",
+        "created_at",
+    ]
+    copy_usage = insert(usage).from_select(
+        ["session_id", "branch_id", *counts],
+        select(new, u.branch_id, *(u[c] for c in counts))
+        .where(u.session_id == sid, exists(held))
+        .order_by(u.id),
+    )
+    b = branches.c
+    copy_branches = insert(branches).from_select(
+        ["session_id", "branch_id", "created_at"],
+        select(new, b.branch_id, b.created_at).where(b.session_id == sid),
+    )
+    return copy_structure, copy_usage, copy_branches
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -630,6 +698,9 @@ async def fork_body(
             raise _no_turn(session_id, skip)
         cut = int(rows[0][0])
     await ex.run("fork_items", {**params, "cut": cut})
+    await ex.run("fork_structure", {**params, "cut": cut})
+    await ex.run("fork_usage", params)
+    await ex.run("fork_branches", params)
 
 
 def fork_body_sync(  # noqa: PLR0917 - fork_body's arguments, and the clock
@@ -651,6 +722,9 @@ def fork_body_sync(  # noqa: PLR0917 - fork_body's arguments, and the clock
             raise _no_turn(session_id, skip)
         cut = int(rows[0][0])
     ex.run("fork_items", {**params, "cut": cut})
+    ex.run("fork_structure", {**params, "cut": cut})
+    ex.run("fork_usage", params)
+    ex.run("fork_branches", params)
 
 
 class RowReads:

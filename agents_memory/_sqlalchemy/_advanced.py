@@ -47,8 +47,10 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents_memory._codec import decode_rows, encode_items
+from agents_memory._crypto import Keyring, is_envelope, open_envelope
+from agents_memory._databases.base import check_heads, heads_where
 from agents_memory._ids import check_sql_int
-from agents_memory._protocol import resolve_limit
+from agents_memory._protocol import resolve_limit, writes_overridden
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._cancel import run_to_completion
 from agents_memory._sqlalchemy._engine import create_engine
@@ -198,6 +200,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         ensure_ascii: bool = False,
         on_corrupt: Any = "skip",  # noqa: ANN401 - OnCorrupt
         logger: logging.Logger | None = None,
+        encryption: Keyring | None = None,
     ) -> None:
         super().__init__(
             session_id,
@@ -208,6 +211,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             session_settings=session_settings,
             ensure_ascii=ensure_ascii,
             on_corrupt=on_corrupt,
+            encryption=encryption,
         )
         if logger is not None:
             self._logger = logger
@@ -221,12 +225,6 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         owns_backend: bool,
         ensure_ascii: bool,
     ) -> None:
-        if backend.keyring is not None:
-            msg = (
-                "advanced sessions (turns, branches, usage) do not encrypt their items yet; "
-                "use store.session() on an encrypted store, or a store without encryption="
-            )
-            raise NotImplementedError(msg)
         super()._init(
             session_id,
             backend,
@@ -296,6 +294,29 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             .values(updated_at=sessions.c.updated_at)
         )
 
+    def _open(self, data: object, row_id: object) -> object:
+        """An item's stored text, opened with the keyring if it is an envelope.
+
+        One the keyring cannot open raises the typed error, as ``get_items`` does.
+        """
+        if is_envelope(data):
+            return open_envelope(str(data), self._backend.keyring, row_id=row_id)
+        return data
+
+    def _seal(self, data: list[str]) -> list[str]:
+        """Encoded items as they are written: sealed under the keyring's current key, if any."""
+        keyring = self._backend.keyring
+        return keyring.encrypt_all(data) if keyring is not None else data
+
+    async def _check_deletable(self, conn: AsyncConnection, which: ColumnElement[bool]) -> None:
+        """Refuse (the typed error) to delete messages ``which`` the keyring could not open.
+
+        As plain sessions' clear and replace do: read the envelope heads of what is
+        about to go, inside the same transaction, before deleting anything.
+        """
+        rows = (await conn.execute(heads_where(self._backend.st.messages, which))).all()
+        check_heads(rows, self._backend.keyring)
+
     def _where(self, branch: str) -> ColumnElement[bool]:
         s = self._structure.c
         return and_(s.session_id == self.session_id, s.branch_id == branch)
@@ -322,16 +343,16 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             .where(self._where(branch))
             .order_by(s.c.sequence_number.desc())
         )
-        on_corrupt = self._backend.on_corrupt
+        on_corrupt, keyring = self._backend.on_corrupt, self._backend.keyring
 
         async def body(conn: AsyncConnection) -> list[dict[str, Any]]:
             if n is None:
                 rows = (await conn.execute(query)).all()
-                return decode_rows(reversed(rows), on_corrupt=on_corrupt)
+                return decode_rows(reversed(rows), on_corrupt=on_corrupt, keyring=keyring)
             window = n
             while True:  # corrupt rows skipped: read further back so ``limit`` counts items
                 rows = (await conn.execute(query.limit(window))).all()
-                items = decode_rows(reversed(rows), on_corrupt=on_corrupt)
+                items = decode_rows(reversed(rows), on_corrupt=on_corrupt, keyring=keyring)
                 if len(items) >= n or len(rows) < window:
                     return items[-n:]
                 window *= 2
@@ -351,69 +372,122 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         """Append ``items`` to the current branch: the items and their turns in one transaction.
 
         A user message starts a new turn; the items after it (tool calls, the
-        answer) belong to it.
+        answer) belong to it. With a keyring the items are sealed before the write.
         """
         data = encode_items(items, ensure_ascii=self._ensure_ascii)
         self._live()
         if not data:
             return
-        branch, sid = self._branch, self.session_id
-        backend = self._backend
-        m, s = backend.st.messages, self._structure
+        data = self._seal(data)
         kinds = [(message_type(item), tool_name(item)) for item in items]  # type: ignore[arg-type]
 
         async def body(conn: AsyncConnection) -> None:
             await self._lock_session(conn)
-            clock = backend.db.clock_params()
-            await conn.execute(
-                backend.st.insert_message, [{"sid": sid, "data": d, **clock} for d in data]
-            )
-            ids = list(
-                (
-                    await conn.execute(
-                        select(m.c.id)
-                        .where(m.c.session_id == sid)
-                        .order_by(m.c.id.desc())
-                        .limit(len(data))
-                    )
-                ).scalars()
-            )
-            ids.reverse()
-            seq = (
-                await conn.execute(
-                    select(func.coalesce(func.max(s.c.sequence_number), 0)).where(
-                        s.c.session_id == sid
-                    )
-                )
-            ).scalar_one()
-            turn, branch_turn = (
-                await conn.execute(
-                    select(
-                        func.coalesce(func.max(s.c.user_turn_number), 0),
-                        func.coalesce(func.max(s.c.branch_turn_number), 0),
-                    ).where(self._where(branch))
-                )
-            ).one()
-            rows = []
-            users = 0
-            for i, (message_id, (kind, tool)) in enumerate(zip(ids, kinds, strict=True)):
-                if kind == "user":
-                    users += 1
-                rows.append(
-                    {
-                        "session_id": sid,
-                        "message_id": message_id,
-                        "branch_id": branch,
-                        "message_type": kind,
-                        "sequence_number": int(seq) + i + 1,
-                        "user_turn_number": int(turn) + users,
-                        "branch_turn_number": int(branch_turn) + users,
-                        "tool_name": tool,
-                    }
-                )
-            await conn.execute(insert(s), rows)
+            await self._append(conn, data, kinds)
 
         await self._write(body)
+
+    async def _append(
+        self, conn: AsyncConnection, data: list[str], kinds: list[tuple[str, str | None]]
+    ) -> None:
+        """Insert encoded items and their structure rows on the current branch (under the lock)."""
+        branch, sid = self._branch, self.session_id
+        backend = self._backend
+        m, s = backend.st.messages, self._structure
+        clock = backend.db.clock_params()
+        await conn.execute(
+            backend.st.insert_message, [{"sid": sid, "data": d, **clock} for d in data]
+        )
+        ids = list(
+            (
+                await conn.execute(
+                    select(m.c.id)
+                    .where(m.c.session_id == sid)
+                    .order_by(m.c.id.desc())
+                    .limit(len(data))
+                )
+            ).scalars()
+        )
+        ids.reverse()
+        seq = (
+            await conn.execute(
+                select(func.coalesce(func.max(s.c.sequence_number), 0)).where(s.c.session_id == sid)
+            )
+        ).scalar_one()
+        turn, branch_turn = (
+            await conn.execute(
+                select(
+                    func.coalesce(func.max(s.c.user_turn_number), 0),
+                    func.coalesce(func.max(s.c.branch_turn_number), 0),
+                ).where(self._where(branch))
+            )
+        ).one()
+        rows = []
+        users = 0
+        for i, (message_id, (kind, tool)) in enumerate(zip(ids, kinds, strict=True)):
+            if kind == "user":
+                users += 1
+            rows.append(
+                {
+                    "session_id": sid,
+                    "message_id": message_id,
+                    "branch_id": branch,
+                    "message_type": kind,
+                    "sequence_number": int(seq) + i + 1,
+                    "user_turn_number": int(turn) + users,
+                    "branch_turn_number": int(branch_turn) + users,
+                    "tool_name": tool,
+                }
+            )
+        await conn.execute(insert(s), rows)
+
+    async def replace_items(self, items: list[TResponseInputItem]) -> None:
+        """Replace the current branch's history with ``items``, atomically: old or new.
+
+        One transaction: the branch's turns and usage go, with the items no other
+        branch holds (refused whole, the typed error, if the keyring could not
+        open one of them); then ``items`` are appended as :meth:`add_items` would,
+        their turns counted from 1. Other branches keep what they share with it.
+        This is what the SDK's compaction wrapper swaps history through.
+        """
+        data = self._seal(encode_items(items, ensure_ascii=self._ensure_ascii))
+        self._live()
+        kinds = [(message_type(item), tool_name(item)) for item in items]  # type: ignore[arg-type]
+        branch, sid = self._branch, self.session_id
+        m, s, u = self._backend.st.messages, self._structure, self._usage
+
+        async def body(conn: AsyncConnection) -> None:
+            await self._lock_session(conn)
+            mine = self._where(branch)
+            other = s.alias("other")
+            unshared = and_(
+                m.c.session_id == sid,
+                m.c.id.in_(select(s.c.message_id).where(mine)),
+                ~exists(
+                    select(other.c.id).where(
+                        other.c.message_id == m.c.id, other.c.branch_id != branch
+                    )
+                ),
+            )
+            await self._check_deletable(conn, unshared)
+            await conn.execute(delete(m).where(unshared))
+            await conn.execute(delete(s).where(mine))
+            await conn.execute(delete(u).where(u.c.session_id == sid, u.c.branch_id == branch))
+            if data:
+                await self._append(conn, data, kinds)
+
+        await self._write(body)
+
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """The SDK's compaction hook: the current branch swapped through :meth:`replace_items`.
+
+        ``False`` (the SDK's clear-then-add) for a subclass that changes how items
+        are written but not ``replace_items``, as for plain sessions.
+        """
+        if writes_overridden(type(self), AdvancedSQLAlchemySession):
+            return False
+        await self.replace_items(items)
+        return True
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item of the current branch.
@@ -423,7 +497,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         """
         branch, sid = self._branch, self.session_id
         m, s, u = self._backend.st.messages, self._structure, self._usage
-        on_corrupt = self._backend.on_corrupt
+        on_corrupt, keyring = self._backend.on_corrupt, self._backend.keyring
 
         async def body(conn: AsyncConnection) -> dict[str, Any] | None:
             await self._lock_existing(conn)
@@ -464,7 +538,11 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
                         )
                 if data is None:
                     continue
-                items = decode_rows([(row.message_id, data)], on_corrupt=on_corrupt)
+                # A row the keyring cannot open raises here: the transaction rolls back,
+                # so nothing is deleted because it could not be read.
+                items = decode_rows(
+                    [(row.message_id, data)], on_corrupt=on_corrupt, keyring=keyring
+                )
                 if items:
                     return items[0]
 
@@ -629,8 +707,9 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         async def body(conn: AsyncConnection) -> list[dict[str, Any]]:
             turns = []
             for turn, data, created_at in (await conn.execute(query)).all():
+                text = self._open(data, f"of turn {turn}")  # the typed error if it cannot
                 try:
-                    content = json.loads(data).get("content", "")
+                    content = json.loads(text).get("content", "")  # type: ignore[arg-type]
                 except (ValueError, TypeError, AttributeError):
                     continue
                 turns.append(
@@ -653,22 +732,32 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
 
         Any text works, accents and emoji included, whether the items were
         stored with ``ensure_ascii`` or not (rows the SDK wrote escape them).
+        On a plaintext store the database narrows the turns down first (``LIKE``);
+        encrypted items can only be searched once opened, so on an encrypted
+        store every user turn of the branch is read and opened here, and the same
+        match decides.
         """
         if not isinstance(search_term, str):
             msg = f"search_term must be a str, got {type(search_term).__name__}"
             raise TypeError(msg)
         m = self._backend.st.messages
-        forms = {json.dumps(search_term)[1:-1], json.dumps(search_term, ensure_ascii=False)[1:-1]}
-        query = self._user_turns(self._branch_of(branch_id)).where(
-            or_(*(m.c.message_data.icontains(f, autoescape=True) for f in forms))
-        )
+        query = self._user_turns(self._branch_of(branch_id))
+        if self._backend.keyring is None:
+            forms = {
+                json.dumps(search_term)[1:-1],
+                json.dumps(search_term, ensure_ascii=False)[1:-1],
+            }
+            query = query.where(
+                or_(*(m.c.message_data.icontains(f, autoescape=True) for f in forms))
+            )
         pattern = re.compile(re.escape(search_term), re.IGNORECASE | re.ASCII)
 
         async def body(conn: AsyncConnection) -> list[dict[str, Any]]:
             found = []
             for turn, data, created_at in (await conn.execute(query)).all():
+                text = self._open(data, f"of turn {turn}")  # the typed error if it cannot
                 try:
-                    content = json.loads(data).get("content", "")
+                    content = json.loads(text).get("content", "")  # type: ignore[arg-type]
                     texts = (
                         [content]
                         if isinstance(content, str)
@@ -916,17 +1005,17 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
                 msg = f"Branch '{branch_id}' does not exist"
                 raise ValueError(msg)
             other = s.alias("other")
-            await conn.execute(
-                delete(m).where(
-                    m.c.session_id == sid,
-                    m.c.id.in_(select(s.c.message_id).where(mine)),
-                    ~exists(
-                        select(other.c.id).where(
-                            other.c.message_id == m.c.id, other.c.branch_id != branch_id
-                        )
-                    ),
-                )
+            unshared = and_(
+                m.c.session_id == sid,
+                m.c.id.in_(select(s.c.message_id).where(mine)),
+                ~exists(
+                    select(other.c.id).where(
+                        other.c.message_id == m.c.id, other.c.branch_id != branch_id
+                    )
+                ),
             )
+            await self._check_deletable(conn, unshared)
+            await conn.execute(delete(m).where(unshared))
             await conn.execute(delete(s).where(mine))
             await conn.execute(delete(u).where(u.c.session_id == sid, u.c.branch_id == branch_id))
 

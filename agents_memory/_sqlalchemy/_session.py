@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Self
 
 from sqlalchemy import bindparam, delete, select
@@ -23,6 +23,7 @@ from agents_memory._protocol import (
     writes_overridden,
 )
 from agents_memory._sqlalchemy._backend import Backend
+from agents_memory._sqlalchemy._compaction import CompactionSnapshot, declined, snapshot
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._metadata import get_metadata_statement, validate_metadata
 from agents_memory._sqlalchemy._prune import utcnow
@@ -209,6 +210,24 @@ class SQLAlchemySession(AsyncClosing, SessionBase):
             return False
         await self.replace_items(items)
         return True
+
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Callable[[Any], bool] | None = None
+    ) -> CompactionSnapshot | None:
+        """The Agents SDK's partial-compaction hook (0.24): the newest ``limit`` items and a swap.
+
+        The ``Runner``'s automatic compaction reads only the latest exchange and
+        swaps only the compacted suffix: one transaction that first checks the
+        suffix is unchanged (``False`` and nothing changed when an append, pop,
+        clear or replace came between). ``None`` for a subclass that changes how
+        items are read or written, and when a row cannot be decoded (see ``_compaction``).
+        """
+        backend = self._live()
+        if declined(type(self), SQLAlchemySession):
+            return None
+        return await snapshot(
+            backend, self.session_id, limit, prune_prefix, ensure_ascii=self._ensure_ascii
+        )
 
     async def get_metadata(self) -> dict[str, Any]:
         """The session's metadata tags (``{}`` when none were set or the session is new)."""

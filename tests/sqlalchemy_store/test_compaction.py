@@ -210,11 +210,45 @@ async def test_a_subclass_that_writes_its_own_way_is_not_bypassed(
     assert [i["type"] for i in await inner.get_items()] == ["message", "compaction"]
 
 
+class SwapCounting(SQLAlchemySession):
+    """Our session, counting the suffix swaps of the SDK's partial-compaction hook."""
+
+    swaps: list[bool]
+
+    async def _get_compaction_snapshot(self, limit: int, **kw: Any) -> Any:
+        snap = await super()._get_compaction_snapshot(limit, **kw)
+        assert snap is not None
+        swaps = self.swaps
+
+        class Counted:
+            items, complete = snap.items, snap.complete
+
+            @staticmethod
+            async def replace_suffix(start: int, output: list[Any]) -> bool:
+                done = await snap.replace_suffix(start, output)
+                swaps.append(done)
+                return done
+
+        return Counted()
+
+
 async def test_runner_compacts_automatically_through_the_hook(
     store: SessionStore, client: AsyncOpenAI, server: FakeCompactServer
 ) -> None:
-    """The ``Runner``'s automatic compaction after a turn goes through our atomic replacement."""
-    inner = _timed(store, "auto")
+    """The ``Runner``'s automatic compaction after a turn swaps through our snapshot hook.
+
+    (SDK 0.24 prefers ``_get_compaction_snapshot`` there; ``_atomic_replace_items`` is
+    the manual ``run_compaction`` path, tested above.)
+    """
+    names = store.table_names
+    inner = SwapCounting(
+        "auto",
+        engine=store.engine,
+        sessions_table=names.sessions,
+        messages_table=names.messages,
+        create_tables=True,
+    )
+    inner.swaps = []
     session = OpenAIResponsesCompactionSession(
         "auto",
         inner,
@@ -230,5 +264,5 @@ async def test_runner_compacts_automatically_through_the_hook(
         assert result.final_output == f"answer {i}"
     # turn 1 leaves 2 items (no compaction); turns 2 and 3 compact 4 items each
     assert len(server.requests) == 2
-    assert len(inner.windows) == 2  # each through _atomic_replace_items, not clear + add
+    assert inner.swaps == [True, True]  # each one atomic suffix swap, not clear + add
     assert [i["type"] for i in await inner.get_items()] == ["message", "compaction"]

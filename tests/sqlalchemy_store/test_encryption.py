@@ -157,12 +157,6 @@ async def test_prune_deletes_what_the_keyring_opens(
     assert await raw_rows(engine, names) == []
 
 
-async def test_advanced_sessions_refuse_an_encrypted_store(enc: SessionStore) -> None:
-    """Advanced sessions write their own way and do not encrypt yet: refused, not leaked."""
-    with pytest.raises(NotImplementedError, match="do not encrypt"):
-        enc.advanced_session("u")
-
-
 async def test_wrong_missing_or_no_key_changes_no_row(
     enc: SessionStore, engine: AsyncEngine, names: TableNames
 ) -> None:
