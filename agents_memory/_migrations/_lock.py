@@ -26,6 +26,7 @@ from typing import Literal
 from sqlalchemy import Table, exists, insert, inspect, literal, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.schema import CreateTable, DropTable
 from sqlalchemy.sql import Executable
 
@@ -93,7 +94,16 @@ def choose(connection: Connection, mode: LockMode) -> Chosen:
     with _probed_guard:
         known = _probed.get(key)
     if known is None:
-        known = database_for(connection.dialect.name).advisory_locks_exclude(engine)
+        try:
+            known = database_for(connection.dialect.name).advisory_locks_exclude(engine)
+        except PoolTimeoutError:
+            # The probe needs two connections beside the migrating one; a pool too small
+            # for that keeps advisory locks (what every release before this one took).
+            _log.warning(
+                "the engine's pool could not lend two connections to probe advisory locks; "
+                "taking the advisory lock (pass lock='row' where it does not exclude)"
+            )
+            return "advisory"
         with _probed_guard:
             _probed[key] = known
         if not known:
