@@ -182,6 +182,8 @@ _ROLES = {
     "turn_usage_unique": "turn usage table's unique key (session_id, branch_id, turn)",
     "branches_pk": "branch names table's primary key",
     "branches_fk": "branch names table's foreign key",
+    "migration_lock_table": "migration lock table",
+    "migration_lock_pk": "migration lock table's primary key",
     "sessions_rebuild": "copy Alembic rebuilds the sessions table through",
     "messages_rebuild": "copy Alembic rebuilds the messages table through",
 }
@@ -195,6 +197,9 @@ TURN_USAGE_SUFFIX = "_turn_usage"
 BRANCHES_SUFFIX = "_branches"
 """The advanced (branching) sessions' tables are named after the pair:
 ``<messages>_structure``, ``<sessions>_turn_usage`` and ``<sessions>_branches``."""
+
+MIGRATION_LOCK_SUFFIX = "_migration_lock"
+"""``<sessions>_migration_lock``: the one-row table migrators lock where advisory locks fail."""
 
 
 def suffixed(base: str, suffix: str) -> str:
@@ -256,8 +261,11 @@ def _derived_names(sessions: str, messages: str, database: str) -> dict[str, str
         % {"table_name": m, "column_0_name": "session_id", "referred_table_name": s},
         **_advanced_conventions(s, m),
     }
+    lock = suffixed(s, MIGRATION_LOCK_SUFFIX)
+    conventions["migration_lock_pk"] = NAMING_CONVENTION["pk"] % {"table_name": lock}
     version = version_table_for(s)
     names = {
+        "migration_lock_table": lock,
         "structure": suffixed(m, STRUCTURE_SUFFIX),
         "turn_usage": suffixed(s, TURN_USAGE_SUFFIX),
         "branches": suffixed(s, BRANCHES_SUFFIX),
@@ -365,6 +373,15 @@ class TableNames:
         """
         legacy = _legacy_version_table_for(self.sessions)
         return None if legacy == self.version_table else legacy
+
+    @property
+    def migration_lock_table(self) -> str:
+        """The one-row table whose row migrators lock when advisory locks do not exclude.
+
+        Not one of :attr:`tables`: it is the lineage's, like the version table, made
+        by the migration runner (never by a revision) and dropped at ``base``.
+        """
+        return suffixed(self.sessions, MIGRATION_LOCK_SUFFIX)
 
     @property
     def tables(self) -> tuple[str, ...]:

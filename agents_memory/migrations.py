@@ -28,6 +28,7 @@ from sqlalchemy.pool import NullPool
 
 from agents_memory._locking import LoopSpanningLock
 from agents_memory._migrations._describe import describe_difference
+from agents_memory._migrations._lock import resolve_mode
 from agents_memory._migrations._preflight import TableMismatchError, explain, mismatches
 from agents_memory._migrations._runner import migration_opts, run_lineage
 from agents_memory._migrations._scripts import head_revision, script_directory
@@ -88,14 +89,17 @@ def upgrade_connection(
     sessions_table: str = DEFAULT_SESSIONS_TABLE,
     messages_table: str = DEFAULT_MESSAGES_TABLE,
     revision: str = "head",
+    lock: str | None = None,
 ) -> None:
     """Upgrade on an open *sync* connection: for an application's own ``env.py``.
 
     Call it before the application's ``context.begin_transaction()`` block (on
     SQLite, table rebuilds need a connection with no write in progress). It does
-    not touch the application's Alembic context or its version table.
+    not touch the application's Alembic context or its version table. ``lock``
+    as for :func:`upgrade`.
     """
-    run_lineage(connection, TableNames(sessions_table, messages_table), revision)
+    mode = resolve_mode(lock)
+    run_lineage(connection, TableNames(sessions_table, messages_table), revision, lock_mode=mode)
 
 
 def include_name(
@@ -112,7 +116,7 @@ def include_name(
     filter of your own, call both: ``ours(name, type_, parents) and mine(...)``.
     """
     names = TableNames(sessions_table, messages_table)
-    hidden = {*names.tables, names.version_table}
+    hidden = {*names.tables, names.version_table, names.migration_lock_table}
     if names.legacy_version_table is not None:
         hidden.add(names.legacy_version_table)
 
@@ -178,7 +182,7 @@ def upgrade_in_env(
         msg = "upgrade_in_env needs the connection online: upgrade_in_env(context, connection)"
         raise TypeError(msg)
     ours_to_commit = not connection.in_transaction()
-    run_lineage(connection, names, "head")
+    run_lineage(connection, names, "head", lock_mode=resolve_mode(None))
     if ours_to_commit and connection.in_transaction():
         # SQLite (non-transactional DDL in Alembic's eyes) leaves the autobegun
         # transaction open, and the async template closes its connection without
@@ -234,10 +238,20 @@ async def upgrade(
     sessions_table: str = DEFAULT_SESSIONS_TABLE,
     messages_table: str = DEFAULT_MESSAGES_TABLE,
     revision: str = "head",
+    lock: str | None = None,
 ) -> None:
-    """Bring the schema of one table-name set up to ``revision`` (default: the newest)."""
+    """Bring the schema of one table-name set up to ``revision`` (default: the newest).
+
+    ``lock`` says how migrators of this lineage exclude each other: ``"advisory"``
+    (the server's advisory lock), ``"row"`` (a row of ``<sessions>_migration_lock``,
+    for servers and poolers whose advisory locks do not exclude) or ``"auto"``
+    (probe once per URL, row where advisory locks fail); ``None``:
+    ``$AGENTS_MEMORY_MIGRATION_LOCK``, else ``auto``. Anything else is a
+    ``ValueError`` before any connection.
+    """
     names = TableNames(sessions_table, messages_table)
-    await _run_locked(url_or_engine, lambda c: run_lineage(c, names, revision))
+    mode = resolve_mode(lock)
+    await _run_locked(url_or_engine, lambda c: run_lineage(c, names, revision, lock_mode=mode))
 
 
 async def downgrade(
@@ -246,10 +260,18 @@ async def downgrade(
     revision: str,
     sessions_table: str = DEFAULT_SESSIONS_TABLE,
     messages_table: str = DEFAULT_MESSAGES_TABLE,
+    lock: str | None = None,
 ) -> None:
-    """Step the schema back to ``revision`` (``"base"`` removes the tables and their data)."""
+    """Step the schema back to ``revision`` (``"base"`` removes the tables and their data).
+
+    ``lock`` as for :func:`upgrade`; at ``base`` the migration lock table goes too.
+    """
     names = TableNames(sessions_table, messages_table)
-    await _run_locked(url_or_engine, lambda c: run_lineage(c, names, revision, downgrade=True))
+    mode = resolve_mode(lock)
+    await _run_locked(
+        url_or_engine,
+        lambda c: run_lineage(c, names, revision, downgrade=True, lock_mode=mode),
+    )
 
 
 def _current(connection: Connection, names: TableNames) -> str | None:

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Column,
     DateTime,
     ForeignKey,
     Index,
@@ -24,6 +25,7 @@ from sqlalchemy import (
     MetaData,
     PrimaryKeyConstraint,
     String,
+    Table,
     Text,
     UniqueConstraint,
 )
@@ -265,3 +267,19 @@ Message = _default.Message
 metadata = _default.metadata
 
 __all__ = ["NAMING_CONVENTION", "Message", "Models", "Session", "get_models", "metadata"]
+
+
+@functools.lru_cache(maxsize=256)
+def migration_lock_table(names: TableNames) -> Table:
+    """The lineage's migration lock table: one row (``id = 1``) that migrators lock in turn.
+
+    Outside :func:`get_models`' metadata on purpose: no revision creates it and
+    ``check`` does not compare it; the migration runner makes it on first use where
+    advisory locks do not exclude (see ``agents_memory._migrations._lock``).
+    """
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    return Table(
+        names.migration_lock_table,
+        metadata,
+        Column("id", Integer, primary_key=True, autoincrement=False),
+    )

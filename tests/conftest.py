@@ -155,7 +155,7 @@ async def drop_tables(engine: AsyncEngine, names: TableNames) -> None:
     SQLAlchemy quotes each name as the dialect needs (mixed case, reserved words).
     """
     async with engine.begin() as conn:
-        for table in (*reversed(names.tables), names.version_table):
+        for table in (*reversed(names.tables), names.version_table, names.migration_lock_table):
             await conn.execute(DropTable(Table(table, MetaData()), if_exists=True))
 
 

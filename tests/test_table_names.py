@@ -41,7 +41,7 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 
 from agents_memory import SessionStore, TableNames, create_engine, migrations
 from agents_memory._tables import NAMING_CONVENTION
-from agents_memory.models import get_models
+from agents_memory.models import get_models, migration_lock_table
 
 TAG = uuid.uuid4().hex[:8]
 """Per run, so mixed-case and long names never meet another run's tables on a shared server."""
@@ -79,7 +79,12 @@ def kw(names: TableNames) -> dict[str, str]:
 
 def _drop_set(conn: Connection, names: TableNames) -> None:
     """Drop a set's tables, version tables included, with quoted names (messages first: FK)."""
-    tables = [*reversed(names.tables), names.version_table, names.legacy_version_table]
+    tables = [
+        *reversed(names.tables),
+        names.version_table,
+        names.legacy_version_table,
+        names.migration_lock_table,
+    ]
     for table in tables:
         if table is not None:
             Table(table, MetaData()).drop(conn, checkfirst=True)
@@ -160,6 +165,9 @@ def test_derived_names_match_compiled_ddl(names: TableNames, dialect: str) -> No
     assert derived["sessions_updated_at_index"] in in_ddl
     assert derived["sessions_pk"] in in_ddl
     assert _version_table_key(names, dialect) == derived["version_table_pk"]
+    lock_ddl = str(CreateTable(migration_lock_table(names)).compile(dialect=DIALECTS[dialect]))
+    assert derived["migration_lock_table"] == names.migration_lock_table in lock_ddl
+    assert re.findall(r"CONSTRAINT [`\"]?(\w+)", lock_ddl) == [derived["migration_lock_pk"]]
     if dialect != "sqlite":
         assert max(len(n) for n in (*derived.values(), *in_ddl)) <= 63
 

@@ -39,6 +39,33 @@ app = typer.Typer(
 )
 
 
+LOCK_CHOICES = ("auto", "advisory", "row")
+LOCK_ENV = "AGENTS_MEMORY_MIGRATION_LOCK"
+"""As agents_memory._migrations._lock says (not imported: --help loads no SQLAlchemy)."""
+
+LockOption = Annotated[
+    str | None,
+    typer.Option(
+        "--lock",
+        metavar="auto|advisory|row",
+        help=(
+            "How migrators exclude each other: the server's advisory lock, a row of "
+            "<sessions>_migration_lock (for servers and poolers without working advisory "
+            f"locks), or auto (probe, row where advisory fails); else ${LOCK_ENV}, else auto."
+        ),
+        show_default=False,
+    ),
+]
+
+
+def _lock(lock: str | None) -> str | None:
+    """A ``--lock`` outside the choices is a usage error (the environment's is checked later)."""
+    if lock is not None and lock not in LOCK_CHOICES:
+        msg = f"invalid migration lock {lock!r}: use one of {', '.join(LOCK_CHOICES)}"
+        raise typer.BadParameter(msg, param_hint="'--lock'")
+    return lock
+
+
 def _rev(revision: str | None) -> str:
     if revision is None:
         return "none"
@@ -60,11 +87,12 @@ def upgrade(
     url: UrlOption = None,
     sessions_table: SessionsTableOption = None,
     messages_table: MessagesTableOption = None,
+    lock: LockOption = None,
     json_: JsonOption = False,
 ) -> None:
     """Create the tables, or bring them up to the newest revision (safe to repeat)."""
     where = target(ctx, url, sessions_table, messages_table)
-    done = run(ctx, ops.upgrade(where, revision=revision))
+    done = run(ctx, ops.upgrade(where, revision=revision, lock=_lock(lock)))
     if wants_json(ctx, json_):
         print_json(_migration_json(done))
     elif done.before == done.after:
@@ -84,14 +112,16 @@ def downgrade(
     url: UrlOption = None,
     sessions_table: SessionsTableOption = None,
     messages_table: MessagesTableOption = None,
+    lock: LockOption = None,
     json_: JsonOption = False,
 ) -> None:
     """Step the schema back to REVISION; this can drop columns or tables and their data."""
     where = target(ctx, url, sessions_table, messages_table)
+    lock = _lock(lock)
     if not yes:
         what = "drops the tables and every session" if revision == "base" else "may drop data"
         typer.confirm(f"Downgrade {where} to {revision}? This {what}.", abort=True)
-    done = run(ctx, ops.downgrade(where, revision=revision))
+    done = run(ctx, ops.downgrade(where, revision=revision, lock=lock))
     if wants_json(ctx, json_):
         print_json(_migration_json(done))
     else:

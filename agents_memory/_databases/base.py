@@ -878,10 +878,23 @@ class Database:
 
     @classmethod
     def migration_lock(
-        cls, connection: Connection, key: int, what: str
+        cls, connection: Connection, key: int, what: str, row: Table | None = None
     ) -> contextlib.AbstractContextManager[None]:
-        """Serialise migrators of one lineage (``key``) across processes, inside its transaction."""
+        """Serialise migrators of one lineage (``key``) across processes, inside its transaction.
+
+        ``row``: the lineage's migration lock table, whose one row is locked
+        instead of the advisory lock (made first, race-safe, if missing).
+        """
         raise NotImplementedError
+
+    @classmethod
+    def advisory_locks_exclude(cls, engine: Engine) -> bool:  # noqa: ARG003
+        """Whether this server's advisory lock, taken on two connections, really excludes.
+
+        Asked once per URL by ``lock="auto"``; ``False`` (granted twice, or no such
+        function) makes migrations lock a row instead.
+        """
+        return True
 
     @classmethod
     async def check_item_sizes(

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 import weakref
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
@@ -47,10 +48,12 @@ from sqlalchemy import (
     literal_column,
     null,
     select,
+    text,
     update,
 )
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import URL, Connection, Dialect, Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agents_memory._codec import OnCorrupt, decode_row
@@ -77,6 +80,7 @@ from agents_memory._databases.base import (
     wrap_driver_error,
 )
 from agents_memory._errors import AgentsMemoryError
+from agents_memory._migrations import _lock as lock_table
 from agents_memory._tables import TableNames
 from agents_memory.models import current_timestamp
 
@@ -86,6 +90,7 @@ STATEMENT_OVERHEAD = 4096
 """Room for the SQL around one row (statement text, session id, protocol header)."""
 _DEADLOCK = 1213
 _DUPLICATE_KEY = 1062
+_LOCK_WAIT_TIMEOUT = 1205
 _MISSING_CODES = frozenset({1146, 1054})
 """No such table, unknown column: the schema is missing or out of date."""
 MIGRATION_LOCK_TIMEOUT_S = 600
@@ -166,6 +171,13 @@ def check_packet_size(data: Sequence[str], limit: int) -> None:
             raise ValueError(msg)
 
 
+def _lock_held(what: str) -> str:
+    return (
+        f"another migration of {what} held its lock for {MIGRATION_LOCK_TIMEOUT_S} s; "
+        "wait for it to finish (or end that connection), then run the migration again"
+    )
+
+
 def _code(exc: BaseException) -> int | None:
     args = getattr(exc, "args", ())
     return args[0] if args and isinstance(args[0], int) else None
@@ -189,6 +201,20 @@ class _PrimaryKeyNameNotes(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "ignored for PRIMARY key" not in record.getMessage()
+
+
+class _LockTableNotes(_PrimaryKeyNameNotes):
+    """Also drop the note that the migration lock table already exists (``IF NOT EXISTS``)."""
+
+    def __init__(self, table: str) -> None:
+        super().__init__()
+        self.table = table
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return super().filter(record) and not (
+            self.table in message and "already exists" in message
+        )
 
 
 _DRIVER_LOGGER = logging.getLogger("asyncmy")
@@ -578,28 +604,78 @@ class MySQL(Database):
 
     @classmethod
     @contextlib.contextmanager
-    def migration_lock(cls, connection: Connection, key: int, what: str) -> Iterator[None]:
-        """A named ``GET_LOCK`` held by the connection (there is no transactional DDL).
+    def migration_lock(
+        cls, connection: Connection, key: int, what: str, row: Table | None = None
+    ) -> Iterator[None]:
+        """A named ``GET_LOCK`` held by the connection (there is no transactional DDL), or the row.
 
         Released on the way out, since a pooled connection outlives the migration.
-        MariaDB's notes that a PRIMARY KEY's name is ignored stay off stderr meanwhile.
+        With ``row``, the lock table's row is locked ``FOR UPDATE`` by a second
+        connection whose transaction stays open for the whole migration: the
+        migrating connection's DDL commits implicitly, which would release a row
+        lock of its own. A holder that dies (SIGKILL) loses its connection, and
+        InnoDB releases the row. MariaDB's notes that a PRIMARY KEY's name is
+        ignored stay off stderr meanwhile.
         """
+        if row is not None:
+            quiet_too = _LockTableNotes(row.name)
+            _DRIVER_LOGGER.addFilter(quiet_too)
+            try:
+                with connection.engine.connect() as holder:
+                    lock_table.ensure_row(holder, row)
+                    holder.execute(
+                        text("SET SESSION innodb_lock_wait_timeout = :s"),
+                        {"s": MIGRATION_LOCK_TIMEOUT_S},
+                    )
+                    try:
+                        try:
+                            holder.execute(lock_table.lock_row(row))
+                        except DBAPIError as exc:
+                            if _code(exc.orig or exc) != _LOCK_WAIT_TIMEOUT:
+                                raise
+                            raise RuntimeError(_lock_held(what)) from None
+                        yield
+                    finally:
+                        holder.rollback()
+                        holder.execute(text("SET SESSION innodb_lock_wait_timeout = DEFAULT"))
+            finally:
+                _DRIVER_LOGGER.removeFilter(quiet_too)
+            return
+        quiet = _PrimaryKeyNameNotes()
         # GET_LOCK names are at most 64 characters: a digest of the lineage fits any set.
         name = f"agents_memory:{key & 0xFFFFFFFFFFFFFFFF:016x}"
         got = connection.execute(select(func.get_lock(name, MIGRATION_LOCK_TIMEOUT_S))).scalar()
         if got != 1:
-            msg = (
-                f"another migration of {what} held its lock for {MIGRATION_LOCK_TIMEOUT_S} s; "
-                "wait for it to finish (or end that connection), then run the migration again"
-            )
-            raise RuntimeError(msg)
-        quiet = _PrimaryKeyNameNotes()
+            raise RuntimeError(_lock_held(what))
         _DRIVER_LOGGER.addFilter(quiet)
         try:
             yield
         finally:
             _DRIVER_LOGGER.removeFilter(quiet)
             connection.execute(select(func.release_lock(name)))
+
+    @classmethod
+    def advisory_locks_exclude(cls, engine: Engine) -> bool:
+        """Two connections ``GET_LOCK`` one random name without waiting; the second must fail.
+
+        A no-op ``GET_LOCK`` (older TiDB releases returned 1 to everyone) or none
+        at all answers ``False``.
+        """
+        name = f"agents_memory:probe:{secrets.token_hex(8)}"
+        try:
+            with engine.connect() as first, engine.connect() as second:
+                got_first = first.execute(select(func.get_lock(name, 0))).scalar()
+                try:
+                    got_second = second.execute(select(func.get_lock(name, 0))).scalar()
+                finally:
+                    first.execute(select(func.release_lock(name)))
+                if got_second == 1:
+                    second.execute(select(func.release_lock(name)))
+                first.rollback()
+                second.rollback()
+        except DBAPIError:
+            return False
+        return got_first == 1 and got_second == 0
 
     @classmethod
     def compare_type(cls, dialect: Dialect, inspected_type: Any, metadata_type: Any) -> bool | None:  # noqa: ANN401

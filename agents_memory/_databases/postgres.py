@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import secrets
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
@@ -55,7 +56,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL, Connection, Engine
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agents_memory._codec import OnCorrupt, decode_row
@@ -82,6 +83,7 @@ from agents_memory._databases.base import (
     wrap_driver_error,
 )
 from agents_memory._errors import AgentsMemoryError
+from agents_memory._migrations import _lock as lock_table
 from agents_memory._tables import TableNames
 
 T = TypeVar("T")
@@ -660,10 +662,46 @@ class Postgres(Database):
 
     @classmethod
     @contextlib.contextmanager
-    def migration_lock(cls, connection: Connection, key: int, what: str) -> Iterator[None]:  # noqa: ARG003
-        """A transaction-scoped advisory lock (kept by transaction pooling too)."""
-        connection.execute(select(func.pg_advisory_xact_lock(key)))
+    def migration_lock(
+        cls,
+        connection: Connection,
+        key: int,
+        what: str,  # noqa: ARG003
+        row: Table | None = None,
+    ) -> Iterator[None]:
+        """A transaction-scoped advisory lock (kept by transaction pooling too), or the row.
+
+        With ``row``, the lock table and its row are made (if missing) on a
+        connection of their own, committed, then the migrating transaction locks
+        the row with ``FOR UPDATE``: held until it commits or rolls back, released
+        by the server when the holder's connection dies.
+        """
+        if row is None:
+            connection.execute(select(func.pg_advisory_xact_lock(key)))
+        else:
+            with connection.engine.connect() as side:
+                lock_table.ensure_row(side, row)
+            connection.execute(lock_table.lock_row(row))
         yield
+
+    @classmethod
+    def advisory_locks_exclude(cls, engine: Engine) -> bool:
+        """Two connections try one random key in two open transactions; the second must fail.
+
+        Through a transaction pooler each transaction has its own server
+        connection, so a transaction-scoped lock excludes there; a stub that
+        grants it twice (or no such function) answers ``False``.
+        """
+        key = secrets.randbits(62)
+        try:
+            with engine.connect() as first, engine.connect() as second:
+                got_first = first.execute(select(func.pg_try_advisory_xact_lock(key))).scalar()
+                got_second = second.execute(select(func.pg_try_advisory_xact_lock(key))).scalar()
+                second.rollback()
+                first.rollback()
+        except DBAPIError:
+            return False
+        return bool(got_first) and not got_second
 
     @classmethod
     def duplicate_key(cls, orig: BaseException) -> bool:

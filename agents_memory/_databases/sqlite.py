@@ -91,6 +91,7 @@ from agents_memory._databases.base import (
     sid_param,
     wrap_driver_error,
 )
+from agents_memory._migrations import _lock as lock_table
 from agents_memory._tables import VERSION_KEY_SUFFIX, TableNames
 from agents_memory.models import get_models
 
@@ -1258,14 +1259,26 @@ class SQLite(Database):
 
     @classmethod
     @contextlib.contextmanager
-    def migration_lock(cls, connection: Any, key: int, what: str) -> Iterator[None]:  # noqa: ANN401, ARG003
-        """``BEGIN IMMEDIATE``: the file's write lock, up front.
+    def migration_lock(
+        cls,
+        connection: Any,  # noqa: ANN401
+        key: int,  # noqa: ARG003
+        what: str,  # noqa: ARG003
+        row: Table | None = None,
+    ) -> Iterator[None]:
+        """``BEGIN IMMEDIATE``: the file's write lock, up front (also with ``row``).
 
         It also makes the DDL transactional (the sqlite3 module would otherwise
-        run DDL outside any transaction).
+        run DDL outside any transaction). SQLite has no advisory locks to lack:
+        the file lock is the lock in every mode. With ``row`` the lock table and
+        its row are made and read under it too (one writer at a time, so no race),
+        so a lineage has the same tables in every mode and on every database.
         """
         if not connection.connection.driver_connection.in_transaction:
             connection.exec_driver_sql("BEGIN IMMEDIATE")
+        if row is not None:
+            for statement in (*lock_table.create_statements(row), lock_table.lock_row(row)):
+                connection.execute(statement)
         yield
 
     @classmethod

@@ -17,9 +17,11 @@ from alembic.runtime.environment import EnvironmentContext
 from alembic.util import CommandError
 from sqlalchemy.engine import Connection
 
+from agents_memory._migrations._lock import LockMode, resolve_mode
 from agents_memory._migrations._preflight import check_tables
 from agents_memory._migrations._runner import (
     carry_on_legacy_lineage,
+    drop_lock_table,
     lock,
     migration_opts,
     sqlite_foreign_keys_off,
@@ -28,23 +30,29 @@ from agents_memory._tables import TableNames, resolve_names
 from agents_memory._urls import mask_url, resolve_url
 from agents_memory.migrations import _on_connection as on_connection
 
-X_KEYS = ("url", "sessions_table", "messages_table")
+X_KEYS = ("url", "sessions_table", "messages_table", "lock")
 """The ``-x key=value`` arguments this environment reads."""
 
 _log = logging.getLogger("alembic.agents_memory")
 
 
 def _run_on(
-    context: EnvironmentContext, connection: Connection, names: TableNames, url: str
+    context: EnvironmentContext,
+    connection: Connection,
+    names: TableNames,
+    url: str,
+    mode: LockMode,
 ) -> None:
     with sqlite_foreign_keys_off(connection):
         context.configure(connection=connection, **migration_opts(names))
-        with context.begin_transaction(), lock(connection, names):
+        with context.begin_transaction(), lock(connection, names, mode):
             check_tables(connection, names)  # before the first DDL statement
             carry_on_legacy_lineage(Operations(context.get_context()), names)
             before = context.get_context().get_current_revision()
             context.run_migrations()
             after = context.get_context().get_current_revision()
+    if after is None and before is not None:  # downgraded to base: the lock table goes too
+        drop_lock_table(connection, names)  # (committed with the rest: commit=True below)
     moved = (
         f"at {after or 'none'}" if before == after else f"{before or 'none'} -> {after or 'none'}"
     )
@@ -74,5 +82,9 @@ def run(context: EnvironmentContext) -> None:
             context.run_migrations()
     else:
         url = resolve_url(x_args)
-        run_on = functools.partial(_run_on, context, names=names, url=mask_url(url))
+        try:
+            mode = resolve_mode(x_args.get("lock"))
+        except ValueError as exc:
+            raise CommandError(f"-x lock=…: {exc}") from None
+        run_on = functools.partial(_run_on, context, names=names, url=mask_url(url), mode=mode)
         asyncio.run(on_connection(url, run_on, commit=True))

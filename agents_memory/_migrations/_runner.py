@@ -20,10 +20,11 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.types import TypeEngine
 
 from agents_memory._databases import database_for
+from agents_memory._migrations._lock import LockMode, choose, drop_statement
 from agents_memory._migrations._preflight import check_tables
 from agents_memory._migrations._scripts import script_directory
 from agents_memory._tables import TableNames
-from agents_memory.models import get_models
+from agents_memory.models import get_models, migration_lock_table
 
 NAMES_KEY = "agents_memory_tables"
 """Key under which revision scripts find the table names: ``op.get_context().opts[NAMES_KEY]``."""
@@ -69,11 +70,29 @@ def _lock_key(names: TableNames) -> int:
 
 
 @contextlib.contextmanager
-def lock(connection: Connection, names: TableNames) -> Iterator[None]:
-    """Serialise migrators of one lineage across processes (the database module's lock)."""
+def lock(connection: Connection, names: TableNames, mode: LockMode = "auto") -> Iterator[None]:
+    """Serialise migrators of one lineage across processes (the database module's lock).
+
+    ``mode``: ``advisory``, ``row`` (the lineage's migration lock table) or
+    ``auto`` (row where the server's advisory locks do not exclude; see ``_lock``).
+    """
     db = database_for(connection.dialect.name)
-    with db.migration_lock(connection, _lock_key(names), f"{names.sessions}/{names.messages}"):
+    row = migration_lock_table(names) if choose(connection, mode) == "row" else None
+    what = f"{names.sessions}/{names.messages}"
+    with db.migration_lock(connection, _lock_key(names), what, row=row):
         yield
+
+
+def drop_lock_table(connection: Connection, names: TableNames) -> None:
+    """At ``base`` the lineage is gone, and its migration lock table (if any) with it.
+
+    Run after the migration committed (a waiter on the row would otherwise wait
+    in a cycle with the ``DROP``): a migrator that queued meanwhile simply makes
+    the table again.
+    """
+    table = migration_lock_table(names)
+    if inspect(connection).has_table(table.name):  # (MySQL notes an IF EXISTS that finds none)
+        connection.execute(drop_statement(table))
 
 
 def sqlite_foreign_keys_off(connection: Connection) -> contextlib.AbstractContextManager[None]:
@@ -99,7 +118,12 @@ def carry_on_legacy_lineage(operations: Operations, names: TableNames) -> None:
 
 
 def run_lineage(
-    connection: Connection, names: TableNames, revision: str, *, downgrade: bool = False
+    connection: Connection,
+    names: TableNames,
+    revision: str,
+    *,
+    downgrade: bool = False,
+    lock_mode: LockMode = "auto",
 ) -> None:
     """Move the lineage of ``names`` to ``revision`` on an open connection, in one transaction.
 
@@ -121,7 +145,7 @@ def run_lineage(
         with (
             Operations.context(context),
             context.begin_transaction(),
-            lock(connection, names),
+            lock(connection, names, lock_mode),
         ):
             check_tables(connection, names)  # before the first DDL statement
             carry_on_legacy_lineage(Operations(context), names)
@@ -131,3 +155,7 @@ def run_lineage(
             # pragma inside a transaction, and the connection would go back to the pool
             # (or stay, in memory) without them, so ON DELETE CASCADE would not apply.
             connection.commit()
+        if downgrade and revision == "base":
+            drop_lock_table(connection, names)
+            if ours and connection.in_transaction():
+                connection.commit()

@@ -88,3 +88,30 @@ async def test_swapped_names_upgrade_and_check_agree(cli, store) -> None:
             assert not await conn.run_sync(lambda c: inspect(c).has_table(version))
     finally:
         await engine.dispose()
+
+
+async def test_lock_option_picks_the_row_lock_and_refuses_other_words(cli, monkeypatch) -> None:
+    """``--lock row`` makes the lock table (downgrade base drops it); a bad word is exit 2."""
+    bad = await cli("db", "upgrade", "--lock", "rows", code=2)
+    assert "invalid migration lock 'rows'" in bad.output
+    assert "auto, advisory, row" in bad.output
+    await cli("db", "upgrade", "--lock", "row")
+    engine = create_engine(cli.url)
+    try:
+        async with engine.connect() as conn:
+            made = await conn.run_sync(
+                lambda c: inspect(c).has_table(cli.names.migration_lock_table)
+            )
+        assert made
+        monkeypatch.setenv("AGENTS_MEMORY_MIGRATION_LOCK", "sometimes")
+        refused = await cli("db", "downgrade", "base", "--yes", code=1)
+        assert "'sometimes' (from $AGENTS_MEMORY_MIGRATION_LOCK)" in refused.stderr
+        monkeypatch.delenv("AGENTS_MEMORY_MIGRATION_LOCK")
+        await cli("db", "downgrade", "base", "--yes", "--lock", "row")
+        async with engine.connect() as conn:
+            gone = not await conn.run_sync(
+                lambda c: inspect(c).has_table(cli.names.migration_lock_table)
+            )
+        assert gone
+    finally:
+        await engine.dispose()
