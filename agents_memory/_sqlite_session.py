@@ -400,7 +400,7 @@ class SQLiteSession(SessionBase):
 
         def read(conn: sqlite3.Connection) -> list[Any]:
             with _snapshot(conn):
-                return compaction.read_sync(conn, sql, sid, limit)
+                return compaction.read_sync(conn, self._sql, sid, limit)
 
         decoded = compaction.decode_tail(await self._call(read), limit, keyring)
         if decoded is None:
@@ -417,7 +417,9 @@ class SQLiteSession(SessionBase):
 
             def swap(conn: sqlite3.Connection) -> bool:
                 def job(c: sqlite3.Connection) -> bool:
-                    return compaction.swap_body_sync(c, sql, self._sql, swap_, lite.now())
+                    return compaction.swap_body_sync(
+                        c, sql, self._sql, swap_, lite.now(), expires=self._deadline()
+                    )
 
                 try:
                     return self._write(conn, job, sum(map(len, data)))

@@ -136,6 +136,9 @@ class Statements:
     """Expiry variant: the items of ``sid`` if its deadline has passed (a write starts afresh)."""
     restart_session: Executable | None = None
     """MySQL's expiry variant: an expired row of ``sid`` started afresh (``expires``, its time)."""
+    select_latest_locked: Executable | None = None
+    """``select_latest`` locking its rows (``FOR UPDATE`` where the database has it): what a
+    compaction swap compares its suffix with, under the session's write lock."""
     lock_session: Executable | None = None
     """Postgres, MySQL: ``SELECT … FOR UPDATE`` of the session row, a checked clear's first step.
 
@@ -281,6 +284,7 @@ def portable_statements(
         ),
         select_all=select(*cols).where(mine).order_by(messages.c.id),
         select_latest=newest.limit(bindparam("n")),
+        select_latest_locked=newest.limit(bindparam("n")).with_for_update(),
         select_after=select(*cols)
         .where(mine, messages.c.id > bindparam("after"))
         .order_by(messages.c.id)

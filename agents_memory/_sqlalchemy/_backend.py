@@ -237,9 +237,19 @@ class Backend:
 
     # -- the protocol -------------------------------------------------------------------------
 
-    def _deadline(self) -> object:
+    def deadline(self) -> object:
         """The deadline a write gives its session: now + ``ttl`` as the database binds it."""
         return None if self.ttl is None else self.db.stamp(utcnow() + self.ttl)
+
+    async def statements(self) -> Statements:
+        """The statements in force once the schema is checked: the expiry variant at head.
+
+        ``st`` is the plain variant, for what only needs the tables; a write or read
+        outside the operations that must see expiry (the compaction hook) takes these.
+        """
+        if self._needs_prepare():
+            await self._prepare()
+        return self.db.statements(self.names, self.expiry)
 
     async def add(self, session_id: str, data: Sequence[str]) -> None:
         """Append already-encoded items in one transaction (sealed first, with a keyring).
@@ -253,7 +263,7 @@ class Backend:
             if self.ttl is None:  # (the hot path: no clock read)
                 await self._run(lambda ops: ops.add(session_id, data))
                 return
-            expires = self._deadline()
+            expires = self.deadline()
             await self._run(lambda ops: ops.add(session_id, data, expires))
 
     async def get(self, session_id: str, limit: int | None) -> list[dict[str, Any]]:
@@ -362,7 +372,7 @@ class Backend:
         """
         if self.keyring is not None:
             data = self.keyring.encrypt_all(list(data))
-        expires = self._deadline()
+        expires = self.deadline()
         await self._run(lambda ops: ops.replace(session_id, data, expires))
 
     async def fork(self, session_id: str, new_session_id: str, skip: int | None) -> None:
@@ -371,7 +381,7 @@ class Backend:
         The target's primary key settles a race of forks to one id: the loser's
         unique-key error becomes :class:`SessionExistsError`, nothing written.
         """
-        expires = self._deadline()  # the new session's deadline, as if written now
+        expires = self.deadline()  # the new session's deadline, as if written now
         try:
             await self._run(lambda ops: ops.fork(session_id, new_session_id, skip, expires))
         except DBAPIError as exc:

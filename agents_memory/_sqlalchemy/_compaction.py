@@ -40,7 +40,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents_memory._codec import decode_row, encode_items
-from agents_memory._databases.base import CompiledSQL, compile_for
+from agents_memory._databases.base import CompiledSQL, Statements, compile_for
 from agents_memory._errors import CorruptItemError, DecryptionError
 from agents_memory._ids import check_sql_int
 from agents_memory._sqlalchemy._cancel import run_to_completion
@@ -76,10 +76,12 @@ class _Stale(Exception):  # noqa: N818 - a signal, not an error anyone sees
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Statements:
-    tail: Executable
-    """The newest ``n`` rows, newest first (``sid``, ``n``)."""
-    tail_locked: Executable
-    """The same, locking them (``FOR UPDATE`` where the database has it)."""
+    """The hook's own statements; the tail is read with the session's ``select_latest``.
+
+    (That one, from the database module's variant in force, hides an expired session,
+    so a snapshot of one is empty and a swap on one is stale.)
+    """
+
     prefix: Executable
     """Up to ``n`` rows above id ``after`` and below id ``first``, oldest first, locked."""
     delete_upto: Executable
@@ -94,12 +96,7 @@ def statements(names: TableNames) -> _Statements:
     m = get_models(names).Message.__table__
     sid = bindparam("sid", type_=m.c.session_id.type)
     mine = m.c.session_id == sid
-    tail = (
-        select(m.c.id, m.c.message_data).where(mine).order_by(m.c.id.desc()).limit(bindparam("n"))
-    )
     return _Statements(
-        tail=tail,
-        tail_locked=tail.with_for_update(),
         prefix=select(m.c.id, m.c.message_data)
         .where(mine, m.c.id > bindparam("after"), m.c.id < bindparam("first"))
         .order_by(m.c.id)
@@ -205,13 +202,22 @@ async def _prune_async(conn: AsyncConnection, cs: _Statements, swap: Swap) -> No
         after = upto
 
 
-async def _swap_async(conn: AsyncConnection, backend: Backend, swap: Swap) -> None:
-    """The swap's transaction body; raises :class:`_Stale` (rolled back) when the suffix moved."""
-    cs, st, sid = statements(backend.names), backend.st, swap.session_id
+async def _swap_async(conn: AsyncConnection, backend: Backend, st: Statements, swap: Swap) -> None:
+    """The swap's transaction body; raises :class:`_Stale` (rolled back) when the suffix moved.
+
+    As every write does: an expired session first loses its items (so the compare
+    below finds them gone: stale), then the session row is upserted, which is the
+    write lock every writer of the session queues on, and renews its deadline.
+    """
+    cs, sid = statements(backend.names), swap.session_id
     clock = backend.db.clock_params()
-    # The session's write lock first, as every writer of it takes it.
-    await conn.execute(st.upsert_session, {"sid": sid, **clock})
-    current = (await conn.execute(cs.tail_locked, {"sid": sid, "n": len(swap.expected)})).all()
+    if st.drop_expired is not None:
+        await conn.execute(st.drop_expired, {"sid": sid, **clock})
+    await conn.execute(st.upsert_session, {"sid": sid, **clock, "expires": backend.deadline()})
+    assert st.select_latest_locked is not None  # noqa: S101 - every database builds it
+    current = (
+        await conn.execute(st.select_latest_locked, {"sid": sid, "n": len(swap.expected)})
+    ).all()
     if not swap.is_current(current):
         raise _Stale
     if swap.prune_prefix is not None:
@@ -229,8 +235,9 @@ async def _swap_retrying(backend: Backend, swap: Swap) -> bool:
     failures = 0
     while True:
         try:
+            st = await backend.statements()
             async with backend.transaction() as conn:
-                await _swap_async(conn, backend, swap)
+                await _swap_async(conn, backend, st, swap)
         except _Stale:
             return False
         except DBAPIError as exc:
@@ -253,8 +260,8 @@ async def snapshot(
 ) -> CompactionSnapshot | None:
     """Read the newest ``limit`` items; the returned swap runs in one backend transaction."""
     limit = check_limit(limit)
-    cs = statements(backend.names)
-    fetched = await backend.fetch(cs.tail, {"sid": session_id, "n": limit + 1})
+    st = await backend.statements()
+    fetched = await backend.fetch(st.select_latest, {"sid": session_id, "n": limit + 1})
     decoded = decode_tail(fetched, limit, backend.keyring)
     if decoded is None:
         return None
@@ -288,10 +295,14 @@ def _run(conn: sqlite3.Connection, c: CompiledSQL, params: dict[str, Any]) -> sq
 
 
 def read_sync(
-    conn: sqlite3.Connection, sql: dict[str, CompiledSQL], session_id: str, limit: int
+    conn: sqlite3.Connection, base: Mapping[str, CompiledSQL], session_id: str, limit: int
 ) -> list[Any]:
-    """The snapshot's read on a ``sqlite3`` connection: ``limit + 1`` newest rows."""
-    return _run(conn, sql["tail"], {"sid": session_id, "n": limit + 1}).fetchall()
+    """The snapshot's read on a ``sqlite3`` connection: ``limit + 1`` newest rows.
+
+    ``base``: the session's own compiled statements (their ``select_latest`` hides an
+    expired session).
+    """
+    return _run(conn, base["select_latest"], {"sid": session_id, "n": limit + 1}).fetchall()
 
 
 def _prune_sync(conn: sqlite3.Connection, sql: dict[str, CompiledSQL], swap: Swap) -> None:
@@ -316,17 +327,23 @@ def swap_body_sync(
     base: Mapping[str, CompiledSQL],
     swap: Swap,
     when: str,
+    *,
+    expires: object = None,
 ) -> bool:
     """The swap as one body of the SQLite module's write transaction (``when``: its clock).
 
-    ``base`` are the session's own compiled statements (``upsert_session``,
-    ``insert_message``). Stale raises :data:`Stale`, so the savepoint or transaction
-    rolls back; the caller turns it into ``False``.
+    ``base`` are the session's own compiled statements (``drop_expired``,
+    ``upsert_session`` renewing the deadline to ``expires``, ``select_latest``,
+    ``insert_message``), run as the async swap runs them. Stale raises
+    :data:`Stale`, so the savepoint or transaction rolls back; the caller turns it
+    into ``False``.
     """
     sid = swap.session_id
-    _run(conn, base["upsert_session"], {"sid": sid, "now": when})
+    if "drop_expired" in base:
+        _run(conn, base["drop_expired"], {"sid": sid, "now": when})
+    _run(conn, base["upsert_session"], {"sid": sid, "now": when, "expires": expires})
     if not swap.is_current(
-        _run(conn, sql["tail"], {"sid": sid, "n": len(swap.expected)}).fetchall()
+        _run(conn, base["select_latest"], {"sid": sid, "n": len(swap.expected)}).fetchall()
     ):
         raise _Stale
     if swap.prune_prefix is not None:

@@ -301,3 +301,63 @@ async def test_sqlite_session_on_sdk_tables(tmp_path: Path) -> None:
         assert await s.pop_item() == {"role": "user", "content": "ours"}
     with pytest.raises(SchemaNotReadyError, match="expires_at"):
         SQLiteSession("a", path, ttl=HOUR)
+
+
+async def test_compaction_snapshot_of_an_expired_session(
+    runner: str, engine: AsyncEngine, names: TableNames
+) -> None:
+    """The SDK's partial-compaction hook sees expiry as every read and write does.
+
+    A snapshot of an expired session is empty; a snapshot taken before the session
+    expired is stale once it has (the old history is not compacted back to life);
+    a swap is a write, so it renews the store's deadline.
+    """
+    store = store_on(engine, names, ttl=HOUR)
+    s = store.session("c")
+    history = [{"role": "user", "content": f"q {i}"} for i in range(6)]
+    summary = [{"role": "user", "content": "summary"}]
+    await s.add_items(history)
+    snap = await s._get_compaction_snapshot(3)
+    assert snap is not None
+    assert snap.items == history[-3:]
+    await expire(store, "c")
+    assert await snap.replace_suffix(0, summary) is False
+    assert await stored(store, "c") == history  # nothing deleted or inserted by the stale swap
+    empty = await s._get_compaction_snapshot(3)
+    assert empty is not None
+    assert (empty.items, empty.complete) == ([], True)
+    # live again (a write starts it afresh): a swap renews the deadline
+    await s.add_items(history[:4])
+    await expire(store, "c", at=now() + dt.timedelta(minutes=1))
+    fresh = await s._get_compaction_snapshot(2)
+    assert fresh is not None
+    before = now()
+    assert await fresh.replace_suffix(0, summary) is True
+    assert await s.get_items() == [*history[:2], *summary]
+    assert near(await s.expires_at(), before + HOUR, now() + HOUR)
+
+
+async def test_sqlite_session_compaction_snapshot_of_an_expired_session(tmp_path: Path) -> None:
+    """The stdlib SQLiteSession's hook: the same rules as SQLAlchemySession's."""
+    path = tmp_path / "snap.db"
+    history = [{"role": "user", "content": f"q {i}"} for i in range(6)]
+    summary = [{"role": "user", "content": "summary"}]
+    with SQLiteSession("c", path, ttl=HOUR) as s:
+        await s.add_items(history)
+        snap = await s._get_compaction_snapshot(3)
+        assert snap is not None
+        async with SessionStore.from_url(f"sqlite:///{path}") as store:
+            await expire(store, "c")
+            assert await snap.replace_suffix(0, summary) is False
+            assert await stored(store, "c") == history
+            empty = await s._get_compaction_snapshot(3)
+            assert empty is not None
+            assert empty.items == []
+            await s.add_items(history[:4])
+            await expire(store, "c", at=now() + dt.timedelta(minutes=1))
+            fresh = await s._get_compaction_snapshot(2)
+            assert fresh is not None
+            before = now()
+            assert await fresh.replace_suffix(0, summary) is True
+            assert await s.get_items() == [*history[:2], *summary]
+            assert near(await store.session("c").expires_at(), before + HOUR, now() + HOUR)
