@@ -453,26 +453,11 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         data = self._seal(encode_items(items, ensure_ascii=self._ensure_ascii))
         self._live()
         kinds = [(message_type(item), tool_name(item)) for item in items]  # type: ignore[arg-type]
-        branch, sid = self._branch, self.session_id
-        m, s, u = self._backend.st.messages, self._structure, self._usage
+        branch = self._branch
 
         async def body(conn: AsyncConnection) -> None:
             await self._lock_session(conn)
-            mine = self._where(branch)
-            other = s.alias("other")
-            unshared = and_(
-                m.c.session_id == sid,
-                m.c.id.in_(select(s.c.message_id).where(mine)),
-                ~exists(
-                    select(other.c.id).where(
-                        other.c.message_id == m.c.id, other.c.branch_id != branch
-                    )
-                ),
-            )
-            await self._check_deletable(conn, unshared)
-            await conn.execute(delete(m).where(unshared))
-            await conn.execute(delete(s).where(mine))
-            await conn.execute(delete(u).where(u.c.session_id == sid, u.c.branch_id == branch))
+            await self._drop_branch(conn, branch)
             if data:
                 await self._append(conn, data, kinds)
 
@@ -548,6 +533,27 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
 
         item: Any = await self._write(body)
         return item  # type: ignore[no-any-return]
+
+    async def _drop_branch(self, conn: AsyncConnection, branch: str) -> None:
+        """Delete a branch's structure rows and usage, and the items no other branch holds.
+
+        First, as a clear does, the items to delete are checked against the keyring:
+        one it could not open refuses the whole write (nothing is deleted unread).
+        """
+        m, s, u, sid = self._backend.st.messages, self._structure, self._usage, self.session_id
+        mine = self._where(branch)
+        other = s.alias("other")
+        unshared = and_(
+            m.c.session_id == sid,
+            m.c.id.in_(select(s.c.message_id).where(mine)),
+            ~exists(
+                select(other.c.id).where(other.c.message_id == m.c.id, other.c.branch_id != branch)
+            ),
+        )
+        await self._check_deletable(conn, unshared)
+        await conn.execute(delete(m).where(unshared))
+        await conn.execute(delete(s).where(mine))
+        await conn.execute(delete(u).where(u.c.session_id == sid, u.c.branch_id == branch))
 
     async def _drop_unshared(self, conn: AsyncConnection, which: ColumnElement[bool]) -> None:
         """Delete the messages of this session matching ``which`` that no branch holds."""
@@ -995,8 +1001,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
                 msg = f"Branch '{branch_id}' does not exist"
                 raise ValueError(msg)
             await self.switch_to_branch(MAIN)
-        sid = self.session_id
-        m, s, u = self._backend.st.messages, self._structure, self._usage
+        sid, s = self.session_id, self._structure
 
         async def body(conn: AsyncConnection) -> None:
             await self._lock_existing(conn)
@@ -1004,20 +1009,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             if not (await conn.execute(select(exists(select(s.c.id).where(mine))))).scalar():
                 msg = f"Branch '{branch_id}' does not exist"
                 raise ValueError(msg)
-            other = s.alias("other")
-            unshared = and_(
-                m.c.session_id == sid,
-                m.c.id.in_(select(s.c.message_id).where(mine)),
-                ~exists(
-                    select(other.c.id).where(
-                        other.c.message_id == m.c.id, other.c.branch_id != branch_id
-                    )
-                ),
-            )
-            await self._check_deletable(conn, unshared)
-            await conn.execute(delete(m).where(unshared))
-            await conn.execute(delete(s).where(mine))
-            await conn.execute(delete(u).where(u.c.session_id == sid, u.c.branch_id == branch_id))
+            await self._drop_branch(conn, branch_id)
 
         await self._write(body)
         self._logger.info("deleted branch %r of %r", branch_id, sid)
