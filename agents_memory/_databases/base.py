@@ -939,9 +939,11 @@ class Database:
     def classify(cls, orig: BaseException) -> str | None:  # noqa: ARG003
         """What a driver error means.
 
-        ``busy``, ``lost``, ``connect``, ``deadlock``, ``missing`` (a table or
-        column: the schema is not at head), ``notadb`` (a file that is not this
-        database's) or ``None`` (nothing we name).
+        ``busy``, ``lost``, ``connect``, ``deadlock`` (the server rolled the whole
+        transaction back to resolve a conflict: a deadlock victim or a serialization
+        failure; safe to run again), ``missing`` (a table or column: the schema is not
+        at head), ``notadb`` (a file that is not this database's) or ``None`` (nothing
+        we name).
         """
         return None
 

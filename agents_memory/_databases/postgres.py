@@ -90,7 +90,11 @@ T = TypeVar("T")
 
 _POOLER_SQLSTATES = frozenset({"26000", "42P05"})
 """Prepared statement missing / already there: we are not alone on this server connection."""
-_DEADLOCK = "40P01"
+_ROLLED_BACK_WHOLE = frozenset({"40P01", "40001"})
+"""Deadlock victim, serialization failure: the server aborted the whole transaction, so
+nothing of it was written and running it again is safe. Postgres raises 40001 only
+under REPEATABLE READ or SERIALIZABLE; CockroachDB and YugabyteDB (Postgres wire) raise
+it on ordinary contention and ask clients to retry."""
 _UNIQUE_VIOLATION = "23505"
 _MISSING_SQLSTATES = frozenset({"42P01", "42703"})
 """Undefined table, undefined column: the schema is missing or out of date."""
@@ -710,7 +714,7 @@ class Postgres(Database):
     @classmethod
     def classify(cls, orig: BaseException) -> str | None:
         sqlstate = str(getattr(orig, "sqlstate", None) or "")
-        if sqlstate == _DEADLOCK:
+        if sqlstate in _ROLLED_BACK_WHOLE:
             return "deadlock"
         if sqlstate in _MISSING_SQLSTATES:  # ("prepared statement … does not exist" is not)
             return "missing"

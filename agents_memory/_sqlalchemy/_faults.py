@@ -124,7 +124,7 @@ def _typed(
 
 
 def _deadlocked(exc: DBAPIError, db: type[Database]) -> bool:
-    """True when the database rolled this operation back whole to break a deadlock."""
+    """True when the database rolled this operation back whole (deadlock, serialization)."""
     return exc.orig is not None and db.classify(exc.orig) == "deadlock"
 
 
@@ -132,18 +132,19 @@ def retry_delay(exc: BaseException, attempt: int, db: type[Database]) -> float |
     """How long to wait before running a failed operation again, or ``None``: do not.
 
     ``attempt`` counts the failures so far (1 for the first). Two cases are safe:
-    a statement the driver never sent (run again once), and a deadlock victim
-    (up to ``DEADLOCK_RETRIES`` times, then :class:`DatabaseBusyError`).
+    a statement the driver never sent (run again once), and an operation the server
+    rolled back whole to resolve a conflict — a deadlock victim or a serialization
+    failure (up to ``DEADLOCK_RETRIES`` times, then :class:`DatabaseBusyError`).
     """
     if not isinstance(exc, DBAPIError):
         return None
     if _deadlocked(exc, db):
         if attempt > DEADLOCK_RETRIES:
             msg = (
-                f"the database chose this operation as a deadlock victim on {attempt} "
-                "attempts in a row; each time it was rolled back whole, so nothing was "
-                "written and it can be retried (many writers contend for the same "
-                "session's rows)"
+                f"the database rolled this operation back to resolve a conflict (a deadlock "
+                f"victim or a serialization failure) on {attempt} attempts in a row; each "
+                "time nothing was written, so it can be retried (many writers contend for "
+                "the same session's rows)"
             )
             raise DatabaseBusyError(msg) from exc
         # Jitter, not a schedule: the other party should get through first.

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import event, text, update
 
 import agents_memory._databases.sqlite as sqlite_module
 from agents_memory import DatabaseBusyError, DatabaseConnectionError, SessionStore, create_engine
+from agents_memory.models import get_models
 
 
 async def test_sqlite_locked_past_busy_timeout(
@@ -78,6 +79,81 @@ async def test_deadlock_victim_is_retried(backend: Any, store: SessionStore) -> 
         await other.dispose()
     assert [getattr(e, "args", (None,))[0] for e in errors] == [1213]
     assert await s.get_items() == [{"n": 0}, {"n": 1}, {"n": 2}]
+
+
+async def _wait_for_lock_waiter(conn: Any, table: str) -> None:
+    """Until a backend waits on a lock in a statement naming ``table`` (30 s at most)."""
+    query = text(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND position(:table in query) > 0"
+    )
+    for _ in range(600):
+        if (await conn.execute(query, {"table": table})).scalar_one():
+            return
+        await asyncio.sleep(0.05)
+    pytest.fail(f"no statement on {table} was seen waiting for the row lock")
+
+
+@pytest.mark.direct_postgres("sets default_transaction_isolation at connect; PgBouncer refuses it")
+@pytest.mark.parametrize("runner", ["driver", "sqlalchemy"])
+@pytest.mark.parametrize("retries", [True, False], ids=["retried", "not-retried"])
+async def test_serialization_failure_is_retried(
+    backend: Any,
+    names: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    runner: str,
+    retries: bool,
+) -> None:
+    """A 40001 (what CockroachDB and YugabyteDB raise on contention) runs again and lands once.
+
+    Under REPEATABLE READ, our append waits on the session row that another transaction
+    has updated (seen waiting in ``pg_stat_activity``); when that one commits, Postgres
+    aborts ours with "could not serialize access due to concurrent update" (40001),
+    every time. With the retries off the same sequence raises ``DatabaseBusyError``
+    with nothing written: the proof that the failure really happened.
+    """
+    if backend.kind != "postgres":
+        pytest.skip("Postgres only (SQLSTATE 40001 under REPEATABLE READ)")
+    if not retries:
+        monkeypatch.setattr("agents_memory._sqlalchemy._faults.DEADLOCK_RETRIES", 0)
+    settings = {"server_settings": {"default_transaction_isolation": "repeatable read"}}
+    engine = create_engine(backend.url, connect_args=settings)
+    errors: list[str] = []
+    if runner == "sqlalchemy":  # an observed engine: its statements go through SQLAlchemy
+        event.listen(
+            engine.sync_engine,
+            "handle_error",
+            lambda ctx: errors.append(str(getattr(ctx.original_exception, "sqlstate", ""))),
+        )
+    store = SessionStore(
+        engine, sessions_table=names.sessions, messages_table=names.messages, create_tables=True
+    )
+    other = create_engine(backend.url)
+    table = get_models(names).Session.__table__
+    touch = update(table).where(table.c.session_id == "q").values(updated_at=table.c.updated_at)
+    try:
+        s = store.session("q")
+        await s.add_items([{"n": 0}])
+        async with other.connect() as holder, other.connect() as watcher:
+            await holder.execute(touch)  # the session row, updated and not yet committed
+            adding = asyncio.create_task(s.add_items([{"n": 1}, {"n": 2}]))
+            await _wait_for_lock_waiter(watcher, names.sessions)
+            await holder.commit()
+            if retries:
+                await adding
+            else:
+                with pytest.raises(DatabaseBusyError, match="serialization failure") as busy:
+                    await adding
+                cause = busy.value.__cause__
+                assert getattr(getattr(cause, "orig", None), "sqlstate", None) == "40001"
+        expected = [{"n": 0}, {"n": 1}, {"n": 2}] if retries else [{"n": 0}]
+        assert await s.get_items() == expected
+        if runner == "sqlalchemy":
+            assert errors == ["40001"]
+    finally:
+        await store.close()
+        await other.dispose()
+        await engine.dispose()
 
 
 def _loop_step(store: SessionStore, i: int) -> Any:
