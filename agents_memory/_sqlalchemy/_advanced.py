@@ -255,24 +255,27 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
                 return empty
             return await body(conn)
 
-    async def _expired(self, conn: AsyncConnection) -> bool:
+    async def _expired(self, conn: AsyncConnection, clock: dict[str, Any] | None = None) -> bool:
         """Whether this session's deadline has passed (never, on tables without ``expires_at``).
 
         An expired session reads as empty, as plain sessions' reads do in their own
-        statements; under a writer's lock the answer holds until it commits.
+        statements; under a writer's lock the answer holds until it commits. ``clock``:
+        the write's own parameters, so that SQLite compares with the time its upsert
+        stamps (the one ``now``), not a later one.
         """
         backend = self._backend
         probe = backend.db.statements(backend.names, backend.expiry).select_expired
         if probe is None:
             return False
-        params = {"sid": self.session_id, **backend.db.clock_params()}
+        params = {"sid": self.session_id, **(backend.db.clock_params() if clock is None else clock)}
         return bool((await conn.execute(probe, params)).scalar())
 
     async def _restart(self, conn: AsyncConnection) -> None:
         """An expired session starts afresh (a writer, under the lock): all it held goes.
 
-        Items, turn rows, usage and reserved branch names, each deleted (not left to
-        a cascade: SQLite enforces foreign keys only when asked). Not checked
+        Items, turn rows, usage and reserved branch names, each deleted by name: the
+        row stays, so no cascade from it runs, and usage and branch names hang off
+        the session, not the items. Not checked
         against the keyring, as a plain session's write to an expired one is not.
         The session is back on ``main``, as after ``clear_session``.
         """
@@ -320,17 +323,19 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         elif st.restart_session is None:
             # The upsert renews or clears a passed deadline, so what it kept goes first,
             # under the row's lock (an UPDATE: on SQLite the file's write lock too).
-            if not await self._lock_existing(conn):
+            if not await self._lock_existing(conn, params):
                 await self._restart(conn)
             await conn.execute(st.upsert_session, params)
         else:
             # The upsert locks an expired row and leaves it as it is: restarted here.
             await conn.execute(st.upsert_session, params)
-            if await self._expired(conn):
+            if await self._expired(conn, params):
                 await self._restart(conn)
                 await conn.execute(st.restart_session, params)
 
-    async def _lock_existing(self, conn: AsyncConnection) -> bool:
+    async def _lock_existing(
+        self, conn: AsyncConnection, clock: dict[str, Any] | None = None
+    ) -> bool:
         """Take the same lock without creating the session row (a pop of an empty session).
 
         Returns whether the session is live: an expired one reads as empty to the
@@ -347,7 +352,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             .where(sessions.c.session_id == self.session_id)
             .values(updated_at=sessions.c.updated_at)
         )
-        return not await self._expired(conn)
+        return not await self._expired(conn, clock)
 
     def _open(self, data: object, row_id: object) -> object:
         """An item's stored text, opened with the keyring if it is an envelope.
