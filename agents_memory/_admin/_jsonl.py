@@ -18,7 +18,7 @@ import dataclasses
 import datetime as dt
 import json
 from collections.abc import AsyncIterator, Iterator
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from agents_memory._admin._errors import InvalidFileError
 from agents_memory._admin._transfer import SourceSession
@@ -28,6 +28,8 @@ from agents_memory._crypto import Keyring, is_envelope
 from agents_memory._sqlalchemy._bulk import ItemRecord, SessionRecord
 
 _HEADER_KEYS = frozenset({"session", "created_at", "updated_at", "metadata"})
+_DEADLINE_KEYS = _HEADER_KEYS | {"expires_at"}
+"""A header of a session with a deadline (files written before it had none still import)."""
 _ITEM_KEYS = frozenset({"item", "created_at"})
 _SEALED_KEYS = frozenset({"sealed", "created_at"})
 """An encrypted item exported without its key: the stored envelope, imported unchanged."""
@@ -35,17 +37,15 @@ _SEALED_KEYS = frozenset({"sealed", "created_at"})
 
 def header_line(record: SessionRecord) -> str:
     """The line that opens a session."""
-    return (
-        encode_item(
-            {
-                "session": record.session_id,
-                "created_at": record.created_at.isoformat(),
-                "updated_at": record.updated_at.isoformat(),
-                "metadata": record.metadata or None,  # none set: null, as everywhere
-            }
-        )
-        + "\n"
-    )
+    header: dict[str, Any] = {
+        "session": record.session_id,
+        "created_at": record.created_at.isoformat(),
+        "updated_at": record.updated_at.isoformat(),
+        "metadata": record.metadata or None,  # none set: null, as everywhere
+    }
+    if record.expires_at is not None:  # only then: a file without deadlines reads as before
+        header["expires_at"] = record.expires_at.isoformat()
+    return encode_item(header) + "\n"
 
 
 def item_line(entry: ItemRecord) -> str:
@@ -72,7 +72,7 @@ def _parse(value: object) -> SessionRecord | ItemRecord:
         msg = f"expected a JSON object, got {type(value).__name__}"
         raise TypeError(msg)
     keys = frozenset(value)
-    if keys == _HEADER_KEYS:
+    if keys in (_HEADER_KEYS, _DEADLINE_KEYS):
         metadata = value["metadata"]
         if metadata is not None and not isinstance(metadata, dict):
             msg = f'"metadata" must be an object or null, got {type(metadata).__name__}'
@@ -82,6 +82,7 @@ def _parse(value: object) -> SessionRecord | ItemRecord:
             _time(value["created_at"], "created_at"),
             _time(value["updated_at"], "updated_at"),
             metadata,
+            None if value.get("expires_at") is None else _time(value["expires_at"], "expires_at"),
         ).validated()
     if keys == _ITEM_KEYS:
         item = value["item"]

@@ -134,6 +134,9 @@ class Statements:
     """Postgres: the one-statement clear, only for a session holding no encrypted row."""
     drop_expired: Executable | None = None
     """Expiry variant: the items of ``sid`` if its deadline has passed (a write starts afresh)."""
+    select_expired: Executable | None = None
+    """Expiry variant: whether ``sid``'s deadline has passed (no row: none), by the clock its
+    writes compare with (SQLite binds ``now``). What the advanced sessions ask, under the lock."""
     restart_session: Executable | None = None
     """MySQL's expiry variant: an expired row of ``sid`` started afresh (``expires``, its time)."""
     select_latest_locked: Executable | None = None
@@ -220,6 +223,11 @@ def live(sessions: Table, sid: Any, clock: ColumnElement[Any]) -> ColumnElement[
     Uncorrelated, so the planner evaluates it once per statement, not once per row.
     """
     return ~exists().where(sessions.c.session_id == sid, expired(sessions, clock))
+
+
+def expired_probe(sessions: Table, sid: Any, clock: ColumnElement[Any]) -> Executable:  # noqa: ANN401
+    """``select_expired``: the session row's "has its deadline passed" (no row, no answer)."""
+    return select(expired(sessions, clock)).where(sessions.c.session_id == sid)
 
 
 def portable_statements(
@@ -314,6 +322,7 @@ def portable_statements(
         drop_expired=None
         if clock is None
         else delete(messages).where(every, ~live(sessions, sid, clock)),
+        select_expired=None if clock is None else expired_probe(sessions, sid, clock),
         fork_structure=fork_structure,
         fork_usage=fork_usage,
         fork_branches=fork_branches,

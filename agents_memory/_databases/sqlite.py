@@ -81,6 +81,7 @@ from agents_memory._databases.base import (
     check_heads,
     compile_all,
     compile_for,
+    expired_probe,
     expires_param,
     foreign_listeners,
     fork_body_sync,
@@ -1164,7 +1165,8 @@ class SQLite(Database):
         sessions, messages = base.sessions, base.messages
         sid = sid_param(sessions)
         drop = delete(messages).where(messages.c.session_id == sid, ~live(sessions, sid, when))
-        return dataclasses.replace(base, drop_expired=drop)
+        probe = expired_probe(sessions, sid, when)
+        return dataclasses.replace(base, drop_expired=drop, select_expired=probe)
 
     @classmethod
     def operations(

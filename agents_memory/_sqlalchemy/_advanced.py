@@ -201,6 +201,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         on_corrupt: Any = "skip",  # noqa: ANN401 - OnCorrupt
         logger: logging.Logger | None = None,
         encryption: Keyring | None = None,
+        ttl: dt.timedelta | None = None,
     ) -> None:
         super().__init__(
             session_id,
@@ -212,6 +213,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             ensure_ascii=ensure_ascii,
             on_corrupt=on_corrupt,
             encryption=encryption,
+            ttl=ttl,
         )
         if logger is not None:
             self._logger = logger
@@ -246,9 +248,41 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         """The branch the Session protocol reads and writes."""
         return self._branch
 
-    async def _read(self, body: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    async def _read(self, body: Callable[[AsyncConnection], Awaitable[T]], empty: T) -> T:
+        """``body`` on a read connection; ``empty`` (a new session's answer) if it has expired."""
         async with self._live().reading() as conn:
+            if await self._expired(conn):
+                return empty
             return await body(conn)
+
+    async def _expired(self, conn: AsyncConnection, clock: dict[str, Any] | None = None) -> bool:
+        """Whether this session's deadline has passed (never, on tables without ``expires_at``).
+
+        An expired session reads as empty, as plain sessions' reads do in their own
+        statements; under a writer's lock the answer holds until it commits. ``clock``:
+        the write's own parameters, so that SQLite compares with the time its upsert
+        stamps (the one ``now``), not a later one.
+        """
+        backend = self._backend
+        probe = backend.db.statements(backend.names, backend.expiry).select_expired
+        if probe is None:
+            return False
+        params = {"sid": self.session_id, **(backend.db.clock_params() if clock is None else clock)}
+        return bool((await conn.execute(probe, params)).scalar())
+
+    async def _restart(self, conn: AsyncConnection) -> None:
+        """An expired session starts afresh (a writer, under the lock): all it held goes.
+
+        Items, turn rows, usage and reserved branch names, each deleted by name: the
+        row stays, so no cascade from it runs, and usage and branch names hang off
+        the session, not the items. Not checked
+        against the keyring, as a plain session's write to an expired one is not.
+        The session is back on ``main``, as after ``clear_session``.
+        """
+        sid = self.session_id
+        for table in (self._structure, self._usage, self._branches, self._backend.st.messages):
+            await conn.execute(delete(table).where(table.c.session_id == sid))
+        self._branch = MAIN
 
     async def _write(self, body: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         """Run ``body`` as one transaction, again if the database made it a deadlock victim.
@@ -274,13 +308,38 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         return await run_to_completion(attempt())
 
     async def _lock_session(self, conn: AsyncConnection) -> None:
-        """Create or touch the session row: the lock every writer of this session queues on."""
-        backend = self._backend
-        params = {"sid": self.session_id, **backend.db.clock_params()}
-        await conn.execute(backend.st.upsert_session, params)
+        """Create or touch the session row: the lock every writer of this session queues on.
 
-    async def _lock_existing(self, conn: AsyncConnection) -> None:
+        On tables with ``expires_at`` the write renews the deadline (the store's
+        ``ttl``), and a session whose deadline has passed starts afresh first, in
+        this transaction (:meth:`_restart`), as plain sessions' writes do.
+        """
+        backend = self._backend
+        st = backend.db.statements(backend.names, backend.expiry)
+        params = {"sid": self.session_id, "expires": backend.deadline()}
+        params.update(backend.db.clock_params())
+        if st.select_expired is None:  # tables without expires_at
+            await conn.execute(st.upsert_session, params)
+        elif st.restart_session is None:
+            # The upsert renews or clears a passed deadline, so what it kept goes first,
+            # under the row's lock (an UPDATE: on SQLite the file's write lock too).
+            if not await self._lock_existing(conn, params):
+                await self._restart(conn)
+            await conn.execute(st.upsert_session, params)
+        else:
+            # The upsert locks an expired row and leaves it as it is: restarted here.
+            await conn.execute(st.upsert_session, params)
+            if await self._expired(conn, params):
+                await self._restart(conn)
+                await conn.execute(st.restart_session, params)
+
+    async def _lock_existing(
+        self, conn: AsyncConnection, clock: dict[str, Any] | None = None
+    ) -> bool:
         """Take the same lock without creating the session row (a pop of an empty session).
+
+        Returns whether the session is live: an expired one reads as empty to the
+        writes that take this lock (they do not renew it, as a plain pop does not).
 
         A write as the transaction's first statement, even one matching no row: on
         SQLite it takes the file's write lock up front (waiting out the busy
@@ -293,6 +352,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             .where(sessions.c.session_id == self.session_id)
             .values(updated_at=sessions.c.updated_at)
         )
+        return not await self._expired(conn, clock)
 
     def _open(self, data: object, row_id: object) -> object:
         """An item's stored text, opened with the keyring if it is an envelope.
@@ -357,7 +417,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
                     return items[-n:]
                 window *= 2
 
-        items: list[Any] = await self._read(body)
+        items: list[Any] = await self._read(body, [])
         return items
 
     async def iter_items(self, *, batch_size: int = 500) -> AsyncIterator[TResponseInputItem]:
@@ -485,7 +545,8 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         on_corrupt, keyring = self._backend.on_corrupt, self._backend.keyring
 
         async def body(conn: AsyncConnection) -> dict[str, Any] | None:
-            await self._lock_existing(conn)
+            if not await self._lock_existing(conn):
+                return None  # expired: empty (its items wait for a write or a prune)
             while True:
                 row = (
                     await conn.execute(
@@ -595,7 +656,9 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             }
 
             async def body(conn: AsyncConnection) -> None:
-                await self._lock_existing(conn)
+                if not await self._lock_existing(conn):
+                    self._logger.debug("%r has expired: no turn to store usage for", sid)
+                    return
                 turn = (
                     await conn.execute(
                         select(func.max(s.c.user_turn_number)).where(self._where(branch))
@@ -639,7 +702,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             keys = ("requests", "input_tokens", "output_tokens", "total_tokens", "total_turns")
             return {k: int(v or 0) for k, v in zip(keys, row, strict=True)}
 
-        return await self._read(body)
+        return await self._read(body, None)
 
     async def get_turn_usage(
         self, user_turn_number: int | None = None, branch_id: str | None = None
@@ -686,7 +749,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             del one["user_turn_number"]
             return one
 
-        return await self._read(body)
+        return await self._read(body, {} if user_turn_number is not None else [])
 
     # -- turns ----------------------------------------------------------------------------------
 
@@ -729,7 +792,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
                 )
             return turns
 
-        return await self._read(body)
+        return await self._read(body, [])
 
     async def find_turns_by_content(
         self, search_term: str, branch_id: str | None = None
@@ -784,7 +847,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
                 )
             return found
 
-        return await self._read(body)
+        return await self._read(body, [])
 
     async def get_conversation_by_turns(
         self, branch_id: str | None = None
@@ -803,7 +866,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
                 turns.setdefault(turn, []).append({"type": kind, "tool_name": tool})
             return turns
 
-        return await self._read(body)
+        return await self._read(body, {})
 
     async def get_tool_usage(self, branch_id: str | None = None) -> list[tuple[str, int, int]]:
         """``(tool_name, calls, turn)`` for each tool used in each turn, in turn order."""
@@ -838,7 +901,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
                 for (turn, name), n in sorted(counts.items(), key=lambda kv: kv[0][0] or 0)
             ]
 
-        return await self._read(body)
+        return await self._read(body, [])
 
     # -- branches -------------------------------------------------------------------------------
 
@@ -972,7 +1035,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         async def body(conn: AsyncConnection) -> bool:
             return bool((await conn.execute(query)).scalar())
 
-        if not await self._read(body):
+        if not await self._read(body, empty=False):
             msg = f"Branch '{branch_id}' does not exist"
             raise ValueError(msg)
         self._branch = branch
@@ -1004,9 +1067,10 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         sid, s = self.session_id, self._structure
 
         async def body(conn: AsyncConnection) -> None:
-            await self._lock_existing(conn)
+            live = await self._lock_existing(conn)  # an expired session has no branch
             mine = self._where(branch_id)
-            if not (await conn.execute(select(exists(select(s.c.id).where(mine))))).scalar():
+            query = select(exists(select(s.c.id).where(mine)))
+            if not (live and (await conn.execute(query)).scalar()):
                 msg = f"Branch '{branch_id}' does not exist"
                 raise ValueError(msg)
             await self._drop_branch(conn, branch_id)
@@ -1045,7 +1109,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
                 for branch, count, users, created in (await conn.execute(query)).all()
             ]
 
-        return await self._read(body)
+        return await self._read(body, [])
 
 
 class AdvancedSQLiteSession(AdvancedSQLAlchemySession):
@@ -1069,6 +1133,7 @@ class AdvancedSQLiteSession(AdvancedSQLAlchemySession):
         session_settings: SessionSettings | dict[str, Any] | None = None,
         sessions_table: str | None = None,
         messages_table: str | None = None,
+        ttl: dt.timedelta | None = None,
     ) -> None:
         if not isinstance(db_path, str | Path):
             msg = f"db_path must be a str or Path, got {type(db_path).__name__}"
@@ -1087,6 +1152,7 @@ class AdvancedSQLiteSession(AdvancedSQLAlchemySession):
                 messages_table=messages_table,
                 session_settings=session_settings,
                 logger=logger,
+                ttl=ttl,
             )
         except BaseException:
             engine.sync_engine.dispose(close=False)

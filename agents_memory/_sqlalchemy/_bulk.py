@@ -37,6 +37,7 @@ from sqlalchemy import (
     func,
     insert,
     null,
+    or_,
     select,
     update,
 )
@@ -51,7 +52,7 @@ from agents_memory._migrations._runner import lock as table_set_lock
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._metadata import validate_metadata
 from agents_memory._sqlalchemy._store import SessionStore
-from agents_memory._sqlalchemy._timestamps import naive_utc
+from agents_memory._sqlalchemy._timestamps import naive_utc, utcnow
 from agents_memory._tables import TableNames
 from agents_memory.models import get_models
 
@@ -71,6 +72,8 @@ class SessionRecord:
     created_at: dt.datetime
     updated_at: dt.datetime
     metadata: dict[str, Any] | None = None
+    expires_at: dt.datetime | None = None
+    """The session's deadline (naive UTC), carried so that it survives a move."""
 
     def validated(self) -> SessionRecord:
         """The same record with every field checked; a typed error names the session."""
@@ -84,6 +87,7 @@ class SessionRecord:
                 naive_utc(self.created_at, what="created_at"),
                 naive_utc(self.updated_at, what="updated_at"),
                 None if self.metadata is None else validate_metadata(self.metadata),
+                None if self.expires_at is None else naive_utc(self.expires_at, what="expires_at"),
             )
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"session {session_id!r}: {exc}") from None
@@ -135,10 +139,18 @@ class _Statements:
     update_session: Update
     insert_message: Insert
     delete_messages: Delete
+    delete_sessions: Delete
+    expired: Select[Any] | None
+    """The batch's sessions whose deadline has passed (``None``: no ``expires_at``)."""
 
 
 @functools.cache
-def _statements(names: TableNames, db: Any) -> _Statements:  # noqa: ANN401 - type[Database]
+def _statements(names: TableNames, db: Any, expiry: bool = False) -> _Statements:  # noqa: ANN401
+    """The bulk statements (``db``: the ``Database`` class); ``expiry``: tables at head.
+
+    With ``expiry`` the reads leave out expired sessions (bound ``now``, the client
+    clock, as ``list_sessions`` compares) and carry ``expires_at``; the writes set it.
+    """
     models = get_models(names)
     s: Table = models.Session.__table__
     m: Table = models.Message.__table__
@@ -152,10 +164,17 @@ def _statements(names: TableNames, db: Any) -> _Statements:  # noqa: ANN401 - ty
         "updated_at": bindparam("b_updated", type_=stamp),
         "metadata": bindparam("b_meta", type_=s.c["metadata"].type),
     }
+    states = select(s.c.session_id, s.c.created_at, s.c.updated_at, s.c["metadata"], count, last_id)
+    expired = None
+    if expiry:
+        now = bindparam("now", type_=db.stamp_type(s.c.expires_at.type))
+        row["expires_at"] = bindparam("b_expires", type_=db.stamp_type(s.c.expires_at.type))
+        states = states.add_columns(s.c.expires_at).where(
+            or_(s.c.expires_at.is_(None), s.c.expires_at > now)
+        )
+        expired = select(s.c.session_id).where(s.c.session_id.in_(ids), s.c.expires_at <= now)
     return _Statements(
-        states=select(
-            s.c.session_id, s.c.created_at, s.c.updated_at, s.c["metadata"], count, last_id
-        ),
+        states=states,
         last_rows=select(m.c.id, m.c.message_data, m.c.created_at).where(m.c.id.in_(ids)),
         rows_after=select(m.c.id, m.c.message_data, m.c.created_at)
         .where(m.c.session_id == bindparam("sid"), m.c.id > bindparam("after"))
@@ -173,6 +192,8 @@ def _statements(names: TableNames, db: Any) -> _Statements:  # noqa: ANN401 - ty
             created_at=bindparam("b_created", type_=stamp),
         ),
         delete_messages=delete(m).where(m.c.session_id.in_(ids)),
+        delete_sessions=delete(s).where(s.c.session_id.in_(ids)),
+        expired=expired,
     )
 
 
@@ -193,8 +214,22 @@ class Bulk:
     def __init__(self, backend: Backend, *, on_corrupt: OnCorrupt = "skip") -> None:
         self._backend = backend
         self._on_corrupt: OnCorrupt = on_corrupt
-        self._st = _statements(backend.names, cast("Any", backend.db))
         self._stamp = backend.db.stamp
+
+    @property
+    def _st(self) -> _Statements:
+        """The statements for the tables as the schema check found them (read after it)."""
+        backend = self._backend
+        return _statements(backend.names, cast("Any", backend.db), backend.expiry)
+
+    async def _prepared(self) -> _Statements:
+        """:attr:`_st` once the schema check has said whether the tables have ``expires_at``."""
+        await self._backend.statements()
+        return self._st
+
+    def _now(self) -> dict[str, Any]:
+        """``now`` for the expiry statements: the client clock, as ``list_sessions`` binds it."""
+        return {"now": self._stamp(utcnow())}
 
     @property
     def keyring(self) -> Keyring | None:
@@ -206,7 +241,7 @@ class Bulk:
     async def states_after(self, after: str | None, limit: int) -> list[SessionState]:
         """Up to ``limit`` sessions in session-id order after ``after``: a stable keyset walk."""
         s = self._backend.st.sessions.c
-        query = self._st.states.order_by(s.session_id).limit(limit)
+        query = (await self._prepared()).states.order_by(s.session_id).limit(limit)
         if after is not None:
             query = query.where(s.session_id > after)
         return await self._states(query)
@@ -215,6 +250,7 @@ class Bulk:
         """The state of each of ``session_ids`` that exists (absent ids are left out)."""
         out: dict[str, SessionState] = {}
         s = self._backend.st.sessions.c
+        await self._prepared()
         for start in range(0, len(session_ids), MAX_IDS_PER_QUERY):
             chunk = list(session_ids[start : start + MAX_IDS_PER_QUERY])
             query = self._st.states.where(s.session_id.in_(chunk))
@@ -223,19 +259,20 @@ class Bulk:
 
     async def _states(self, query: Select[Any]) -> list[SessionState]:
         async with self._backend.reading() as conn:
-            heads = (await conn.execute(query)).all()
+            heads = (await conn.execute(query, self._now())).all()
             last_ids = [int(h[5]) for h in heads if h[5] is not None]
             lasts = {}
             if last_ids:
                 rows = (await conn.execute(self._st.last_rows, {"ids": last_ids})).all()
                 lasts = {int(r[0]): r for r in rows}
         states = []
-        for sid, created, updated, meta, count, last_id in heads:
+        for sid, created, updated, meta, count, last_id, *expires in heads:
             last = None
             row = lasts.get(int(last_id)) if last_id is not None else None
             if row is not None:
                 last = self._record(row[0], row[1], row[2])
-            record = SessionRecord(sid, created, updated, meta if isinstance(meta, dict) else None)
+            meta_ = meta if isinstance(meta, dict) else None
+            record = SessionRecord(sid, created, updated, meta_, expires[0] if expires else None)
             states.append(SessionState(record, int(count), last))
         return states
 
@@ -289,6 +326,7 @@ class Bulk:
                     "b_created": self._stamp(record.created_at),
                     "b_updated": self._stamp(record.updated_at),
                     "b_meta": null() if record.metadata is None else record.metadata,
+                    "b_expires": self._deadline(record.expires_at),
                 }
             )
             if write.replace:
@@ -302,6 +340,19 @@ class Bulk:
                     raise type(exc)(f"session {sid!r}: {exc}") from None
                 messages.append({"b_sid": sid, "b_data": data, "b_created": self._stamp(created)})
         return sessions, messages, replaced
+
+    def _deadline(self, carried: dt.datetime | None) -> object:
+        """A written session's deadline: the target store's ``ttl``, else the one it carries.
+
+        The ``ttl`` because a copy is a write (every write renews it). One that has
+        passed stays: the session arrives expired (empty to every read, deleted by the
+        next prune), never brought back by the ``ttl``.
+        """
+        if carried is not None and carried <= utcnow():
+            return self._stamp(carried)
+        if self._backend.ttl is not None:
+            return self._backend.deadline()
+        return None if carried is None else self._stamp(carried)
 
     async def write(self, writes: Sequence[SessionWrite]) -> None:
         """Write a batch in one transaction: session rows as given, then items in order.
@@ -324,6 +375,7 @@ class Bulk:
             failed = True
             try:
                 await self._check_sizes(conn, messages)
+                await self._drop_expired(conn, [p["b_sid"] for p in sessions])
                 await self._check_expected(conn, writes)
                 await self._write_locked(conn, sessions, messages, replaced)
                 await conn.commit()
@@ -355,6 +407,20 @@ class Bulk:
                         f"session {sid!r}: {exc}; nothing of this batch was written"
                     ) from None
             raise
+
+    async def _drop_expired(self, conn: AsyncConnection, ids: list[str]) -> None:
+        """The batch's target sessions that have expired go first, rows and all.
+
+        They read as absent (``states_of`` leaves them out), so the batch writes them
+        afresh; the session row's delete cascades to what advanced sessions keep.
+        """
+        probe = self._st.expired
+        if probe is None:
+            return
+        gone = list((await conn.execute(probe, {"ids": ids, **self._now()})).scalars())
+        if gone:
+            await conn.execute(self._st.delete_messages, {"ids": gone})
+            await conn.execute(self._st.delete_sessions, {"ids": gone})
 
     async def _check_expected(self, conn: AsyncConnection, writes: Sequence[SessionWrite]) -> None:
         """Refuse the batch if a session's item count is not what the writer read."""

@@ -15,16 +15,20 @@ from typing import Any
 
 import agents
 import pytest
+from advanced_items import answer, call, output, run_result, user
 from sqlalchemy import bindparam, event, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agents_memory import (
+    AdvancedSQLAlchemySession,
+    AdvancedSQLiteSession,
     SchemaNotReadyError,
     SessionNotFoundError,
     SessionStore,
     SQLAlchemySession,
     SQLiteSession,
     TableNames,
+    get_models,
     migrations,
 )
 from agents_memory._databases.base import observed
@@ -361,3 +365,177 @@ async def test_sqlite_session_compaction_snapshot_of_an_expired_session(tmp_path
             assert await fresh.replace_suffix(0, summary) is True
             assert await s.get_items() == [*history[:2], *summary]
             assert near(await store.session("c").expires_at(), before + HOUR, now() + HOUR)
+
+
+# -- advanced sessions: the same expiry as plain ones ------------------------------------------
+
+
+async def advanced_rows(store: SessionStore, sid: str) -> dict[str, int]:
+    """How many rows ``sid`` has in each table advanced sessions keep beside the items."""
+    models = get_models(store.table_names)
+    counts = {}
+    async with store.engine.connect() as conn:
+        for name in ("Structure", "TurnUsage", "Branch"):
+            t = getattr(models, name).__table__
+            query = select(func.count()).select_from(t).where(t.c.session_id == sid)
+            counts[name] = int((await conn.execute(query)).scalar_one())
+    return counts
+
+
+async def branched(s: AdvancedSQLAlchemySession) -> None:
+    """Two turns on main with usage, a branch 'b' from turn 2 with a turn and usage of its own."""
+    await s.add_items([user("q1 apple"), answer("a1")])
+    await s.store_run_usage(run_result(1, 10, 1))
+    await s.add_items([user("q2"), call("lookup", "c1"), output("c1"), answer("a2")])
+    await s.store_run_usage(run_result(2, 20, 2))
+    await s.create_branch_from_turn(2, "b")
+    await s.add_items([user("q2b"), answer("a2b")])
+    await s.store_run_usage(run_result(3, 30, 3))
+
+
+async def test_advanced_store_ttl_is_renewed_by_every_write(
+    runner: str, engine: AsyncEngine, names: TableNames
+) -> None:
+    """add_items, replace_items and create_branch_from_turn each renew; reads and pops do not."""
+    store = store_on(engine, names, ttl=HOUR)
+    s = store.advanced_session("adv")
+    writes = [
+        lambda: s.add_items([user("q1"), answer("a1")]),
+        lambda: s.add_items([user("q2"), answer("a2")]),
+        lambda: s.replace_items([user("r1"), answer("r2"), user("r3")]),
+        lambda: s.create_branch_from_turn(2, "b"),
+    ]
+    for write in writes:
+        before = now()
+        await write()
+        assert near(await s.expires_at(), before + HOUR, now() + HOUR)
+        await expire(store, "adv", at=now() + dt.timedelta(minutes=1))  # close, not passed
+    close = await s.expires_at()
+    await s.store_run_usage(run_result(1, 1, 1))
+    assert await s.get_items() == [user("r1"), answer("r2")]  # branch 'b': turn 1 of main
+    assert await s.pop_item() == answer("r2")
+    assert await s.list_branches()
+    assert await s.expires_at() == close
+    # Plain stores (no ttl) leave a deadline that has not passed as it is.
+    await store_on(engine, names).advanced_session("adv").add_items([user("x")])
+    assert await s.expires_at() == close
+
+
+async def test_advanced_expired_session_reads_as_empty(
+    runner: str, engine: AsyncEngine, names: TableNames
+) -> None:
+    """Every read answers as for a new session; pop, usage and delete_branch find nothing."""
+    store = store_on(engine, names)
+    s = store.advanced_session("gone")
+    await branched(s)
+    await s.switch_to_branch("main")
+    fresh = store.advanced_session("never-written")
+    await expire(store, "gone")
+    for session in (s, fresh):
+        assert await session.get_items() == []
+        assert await session.get_items(limit=1) == []
+        assert await session.get_items(branch_id="b") == []
+        assert [x async for x in session.iter_items()] == []
+        assert await session.get_conversation_turns() == []
+        assert await session.get_conversation_by_turns() == {}
+        assert await session.find_turns_by_content("apple") == []
+        assert await session.get_tool_usage() == []
+        assert await session.get_session_usage() is None
+        assert await session.get_session_usage("b") is None
+        assert await session.get_turn_usage() == []
+        assert await session.get_turn_usage(1) == {}
+        assert await session.list_branches() == []
+        with pytest.raises(ValueError, match="does not exist"):
+            await session.switch_to_branch("b")
+        with pytest.raises(ValueError, match="does not exist"):
+            await session.delete_branch("b")
+        with pytest.raises(ValueError, match="No user turns"):
+            await session.create_branch_from_content("apple")
+        assert await session.pop_item() is None
+        await session.store_run_usage(run_result(5, 5, 5))  # no turn: nothing stored
+    assert await store.session("gone").get_items() == []
+    assert await store.get_session("gone") is None
+    # Nothing was deleted by the reads and refused writes: the rows wait for prune.
+    assert await advanced_rows(store, "gone") == {"Structure": 10, "TurnUsage": 3, "Branch": 1}
+    assert len(await stored(store, "gone")) == 8
+    assert (await store.prune()).sessions_deleted == 1
+    assert await advanced_rows(store, "gone") == {"Structure": 0, "TurnUsage": 0, "Branch": 0}
+
+
+@pytest.mark.parametrize("ttl", [None, HOUR], ids=["no-ttl", "ttl"])
+@pytest.mark.parametrize("write", ["add", "replace", "branch"])
+async def test_advanced_write_to_expired_session_starts_afresh(
+    runner: str, engine: AsyncEngine, names: TableNames, ttl: dt.timedelta | None, write: str
+) -> None:
+    """Items, turns, usage and branch names all go in the write's transaction; back on main."""
+    store = store_on(engine, names, ttl=ttl)
+    s = store.advanced_session("again")
+    await branched(s)
+    assert s.current_branch_id == "b"
+    await expire(store, "again")
+    before = now()
+    if write == "branch":  # refused (no such turn any more): rolled back, still expired
+        with pytest.raises(ValueError, match="does not contain"):
+            await s.create_branch_from_turn(1, "c")
+        assert await advanced_rows(store, "again") == {
+            "Structure": 10,
+            "TurnUsage": 3,
+            "Branch": 1,
+        }
+        assert await s.get_items() == []
+        await s.add_items([user("n1"), answer("n2")])
+    elif write == "add":
+        await s.add_items([user("n1"), answer("n2")])
+    else:
+        await s.replace_items([user("n1"), answer("n2")])
+    assert s.current_branch_id == "main"
+    assert await s.get_items() == [user("n1"), answer("n2")]
+    assert await stored(store, "again") == [user("n1"), answer("n2")]
+    assert await advanced_rows(store, "again") == {"Structure": 2, "TurnUsage": 0, "Branch": 0}
+    assert await s.get_session_usage() is None
+    assert await s.get_turn_usage() == []
+    assert [b["branch_id"] for b in await s.list_branches()] == ["main"]
+    assert [t["turn"] for t in await s.get_conversation_turns()] == [1]
+    if ttl is None:
+        assert await s.expires_at() is None
+    else:
+        assert near(await s.expires_at(), before + ttl, now() + ttl)
+    # The old branch name is free again, and a branch made now works as on any session.
+    await s.add_items([user("n3"), answer("n4")])
+    assert await s.create_branch_from_turn(2, "b") == "b"
+    await s.add_items([user("n3b")])
+    assert await s.get_items() == [user("n1"), answer("n2"), user("n3b")]
+    await s.store_run_usage(run_result(1, 7, 7))
+    assert (await s.get_session_usage()) == {
+        "requests": 1,
+        "input_tokens": 7,
+        "output_tokens": 7,
+        "total_tokens": 14,
+        "total_turns": 1,
+    }
+    await s.switch_to_branch("main")
+    assert await s.get_items() == [user("n1"), answer("n2"), user("n3"), answer("n4")]
+    assert (await store.prune()).sessions_deleted == 0
+
+
+async def test_advanced_sqlite_session_ttl(tmp_path: Path) -> None:
+    """AdvancedSQLiteSession(ttl=): renewed by writes, expired reads empty, restarts fresh."""
+    path = tmp_path / "adv.db"
+    s = AdvancedSQLiteSession(session_id="a", db_path=path, create_tables=True, ttl=HOUR)
+    try:
+        before = now()
+        await branched(s)
+        async with SessionStore.from_url(f"sqlite:///{path}") as store:
+            view = store.session("a")
+            assert near(await view.expires_at(), before, now() + HOUR)
+            await expire(store, "a")
+            assert await s.get_items() == []
+            assert await s.list_branches() == []
+            assert await s.get_session_usage() is None
+            before = now()
+            await s.add_items([user("fresh")])
+            assert near(await view.expires_at(), before + HOUR, now() + HOUR)
+            assert await s.get_items() == [user("fresh")]
+            assert await advanced_rows(store, "a") == {"Structure": 1, "TurnUsage": 0, "Branch": 0}
+    finally:
+        await s.aclose()
