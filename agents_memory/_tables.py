@@ -181,7 +181,6 @@ _ROLES = {
     "turn_usage_fk": "turn usage table's foreign key",
     "turn_usage_unique": "turn usage table's unique key (session_id, branch_id, turn)",
     "branches_pk": "branch names table's primary key",
-    "branches_fk": "branch names table's foreign key",
     "migration_lock_table": "migration lock table",
     "migration_lock_pk": "migration lock table's primary key",
     "sessions_rebuild": "copy Alembic rebuilds the sessions table through",
@@ -236,8 +235,6 @@ def _advanced_conventions(s: str, m: str) -> dict[str, str]:
         "turn_usage_unique": NAMING_CONVENTION["uq"]
         % {"table_name": usage, "column_0_name": "session_id"},
         "branches_pk": NAMING_CONVENTION["pk"] % {"table_name": branches},
-        "branches_fk": fk
-        % {"table_name": branches, "column_0_name": "session_id", "referred_table_name": s},
     }
 
 

@@ -38,7 +38,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from agents_memory._ids import SESSION_ID_MAX_LENGTH
 from agents_memory._tables import NAMING_CONVENTION, TableNames
 
-REVISION = "0004"
+REVISION = "0005"
 """The Alembic revision these models describe: the newest in ``alembic/versions/``.
 
 The stdlib ``SQLiteSession`` creates a fresh file from the models and stamps it
@@ -233,7 +233,12 @@ def _build(names_: TableNames) -> Models:
         )
 
     class Branch(Base):
-        """A branch name a session has used; kept after the branch is deleted, until a clear."""
+        """A branch name a session has used; kept after the branch is deleted and after a clear.
+
+        No foreign key (revision 0005): a clear deletes the session row, and the
+        SDK keeps the names reserved through it. Deleting a session for good
+        (``delete_session``, ``prune``) deletes its names itself.
+        """
 
         __tablename__ = names_.branches
         __table_args__ = (
@@ -241,10 +246,7 @@ def _build(names_: TableNames) -> Models:
             MYSQL_TABLE_OPTIONS,
         )
 
-        session_id: Mapped[str] = mapped_column(
-            String(SESSION_ID_MAX_LENGTH),
-            ForeignKey(f"{names_.sessions}.session_id", ondelete="CASCADE"),
-        )
+        session_id: Mapped[str] = mapped_column(String(SESSION_ID_MAX_LENGTH))
         branch_id: Mapped[str] = mapped_column(String(BRANCH_ID_MAX_LENGTH))
         created_at: Mapped[dt.datetime] = mapped_column(
             TIMESTAMP_TYPE, server_default=current_timestamp(), nullable=False

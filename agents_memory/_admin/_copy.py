@@ -4,12 +4,15 @@ The path for moving from SQLite on a laptop to Postgres in production: the
 target is migrated first, then sessions stream across in batches (one
 transaction each) with their original times and order. Re-running after an
 interruption finishes the job without duplicating anything; see
-:mod:`agents_memory._admin._transfer` for how.
+:mod:`agents_memory._admin._transfer` for how. With ``resume`` or ``replace``,
+advanced sessions' turns, usage and branch names follow their items
+(:mod:`agents_memory._admin._advanced_copy`).
 """
 
 from __future__ import annotations
 
 from agents_memory import migrations
+from agents_memory._admin._advanced_copy import carry_advanced
 from agents_memory._admin._errors import AdminError
 from agents_memory._admin._target import Target, open_store
 from agents_memory._admin._transfer import (
@@ -19,6 +22,7 @@ from agents_memory._admin._transfer import (
 )
 from agents_memory._admin._types import IfExists, NoProgress, Progress
 from agents_memory._sqlalchemy._bulk import bulk_for
+from agents_memory._sqlalchemy._store import backend_of
 
 
 async def copy(
@@ -43,6 +47,10 @@ async def copy(
         async with open_store(dest, must_exist=False) as dst:
             progress.start(total)
             pages = store_pages(bulk_for(src), batch_size=batch_size)
-            return await transfer(
+            result = await transfer(
                 pages, bulk_for(dst), batch_size=batch_size, if_exists=if_exists, progress=progress
             )
+            if if_exists in ("resume", "replace"):
+                carried = await carry_advanced(backend_of(src), backend_of(dst))
+                result.advanced_sessions, result.advanced_skipped = carried
+            return result

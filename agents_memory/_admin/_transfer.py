@@ -66,6 +66,10 @@ class TransferResult:
     items_written: int = 0
     items_present: int = 0
     """Items not written because the target already held them (or kept its own, ``skip``)."""
+    advanced_sessions: int = 0
+    """Advanced sessions whose turns, usage and branch names were carried (``copy``)."""
+    advanced_skipped: int = 0
+    """Advanced sessions left as they were: the target's items differ in number (``copy``)."""
 
 
 def _opened(entry: ItemRecord, keyring: Keyring | None) -> dict[str, object] | None:

@@ -13,6 +13,8 @@ sequence and turn numbers they read next are the latest.
 
 The current branch is this object's own state (as in the SDK): ``main`` until
 :meth:`switch_to_branch` or a new branch, and again after :meth:`clear_session`.
+Branch names stay used after a clear, as in the SDK (revision 0005); deleting the
+session (``SessionStore.delete_session``, ``prune``) frees them.
 """
 
 from __future__ import annotations
@@ -628,7 +630,32 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         )
 
     async def clear_session(self) -> None:
-        """Delete the session: its items, every branch and all usage; back on ``main``."""
+        """Delete the session: its items, every branch and all usage; back on ``main``.
+
+        Every branch name used so far stays used (as in the SDK): the branches
+        holding items (``main`` has no reservation row of its own) are reserved
+        first, in a transaction of their own; names are reserved anyway while
+        they hold items, so one that fails the clear after it changes nothing.
+        """
+        b, s, sid = self._branches, self._structure, self.session_id
+        held = (
+            select(s.c.session_id, s.c.branch_id)
+            .distinct()
+            .where(
+                s.c.session_id == sid,
+                ~exists(
+                    select(b.c.branch_id).where(
+                        b.c.session_id == s.c.session_id, b.c.branch_id == s.c.branch_id
+                    )
+                ),
+            )
+        )
+
+        async def reserve(conn: AsyncConnection) -> None:
+            await self._lock_existing(conn)
+            await conn.execute(insert(b).from_select(["session_id", "branch_id"], held))
+
+        await self._write(reserve)
         await super().clear_session()
         self._branch = MAIN
 

@@ -55,6 +55,7 @@ from agents_memory._ids import check_sql_int
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._faults import retry_delay
 from agents_memory._sqlalchemy._metadata import FilterValue, metadata_filter
+from agents_memory.models import get_models
 
 T = TypeVar("T")
 
@@ -125,6 +126,7 @@ class _Pruner:
         self.db = backend.db
         self.s = backend.st.sessions
         self.m = backend.st.messages
+        self.branches = get_models(backend.names).Branch.__table__
         self.keep_last = keep_last
         self.dry_run = dry_run
         self.progress = progress or (lambda _n: None)
@@ -261,6 +263,14 @@ class _Pruner:
         items = await conn.execute(delete(self.m).where(m.session_id.in_(still)), self.params)
         gone = await conn.execute(
             delete(self.s).where(s.session_id.in_(mine), self.doomed), self.params
+        )
+        # A deleted session's branch names go with it (a clear keeps them; revision 0005).
+        b = self.branches.c
+        await conn.execute(
+            delete(self.branches).where(
+                b.session_id.in_(mine),
+                ~exists(select(s.session_id).where(s.session_id == b.session_id)),
+            )
         )
         self.sessions_deleted += int(gone.rowcount)
         self.items_deleted += int(items.rowcount)

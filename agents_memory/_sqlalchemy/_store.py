@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Self
 
-from sqlalchemy import Select, bindparam, func, or_, select, tuple_
+from sqlalchemy import Select, bindparam, delete, exists, func, or_, select, tuple_
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -32,6 +32,7 @@ from agents_memory._sqlalchemy._session import SQLAlchemySession
 from agents_memory._sqlalchemy._stats import StoreStats, store_stats
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 from agents_memory._urls import DEFAULT_URL, mask_url
+from agents_memory.models import get_models
 
 if TYPE_CHECKING:
     from agents_memory._protocol import SessionSettings
@@ -322,8 +323,24 @@ class SessionStore(AsyncClosing):
         A session holding encrypted items this store's keyring cannot open (or any,
         without a keyring) is refused with :class:`~agents_memory.DecryptionError`
         and left whole; ``force=True`` deletes it anyway (a key that is lost for good).
+
+        The branch names an advanced session used go too (``clear_session`` keeps
+        them, as the SDK does), in a second transaction right after, and only while
+        no session row of that id exists again; a crash between the two leaves the
+        names reserved (as after a clear) and calling this again deletes them.
         """
-        return await self._backend.clear(validate_session_id(session_id), force=force)
+        sid = validate_session_id(session_id)
+        existed = await self._backend.clear(sid, force=force)
+        branches = get_models(self._backend.names).Branch.__table__
+        sessions = self._backend.st.sessions
+        async with self._backend.transaction() as conn:
+            await conn.execute(
+                delete(branches).where(
+                    branches.c.session_id == sid,
+                    ~exists(select(sessions.c.session_id).where(sessions.c.session_id == sid)),
+                )
+            )
+        return existed
 
     @property
     def encryption(self) -> Keyring | None:

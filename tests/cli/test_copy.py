@@ -53,6 +53,8 @@ async def test_copy_sqlite_to_target_is_exact(cli, sqlite_source: str) -> None:
         "sessions_unchanged": 0,
         "items_written": SESSIONS * ITEMS,
         "items_present": 0,
+        "advanced_sessions": 0,
+        "advanced_skipped": 0,
     }
     expected = await snapshot(source, cli.names)
     assert len(expected) == SESSIONS
@@ -207,3 +209,82 @@ async def test_copy_of_an_item_past_max_allowed_packet(cli, file_backend, tmp_pa
     assert "lost the connection" not in result.stderr
     async with SessionStore.from_url(cli.url, **kw) as target:
         assert await target.session("zbig").get_items() == []
+
+
+async def advanced_view(url: str, names, sid: str) -> dict[str, object]:
+    """What an advanced session reads back: items per branch, turns, usage, tools."""
+    kw = {"sessions_table": names.sessions, "messages_table": names.messages}
+    async with SessionStore.from_url(url, **kw) as store:
+        s = store.advanced_session(sid)
+        branches = [b["branch_id"] for b in await s.list_branches()]
+        view: dict[str, object] = {"branches": branches}
+        for b in branches:
+            view[f"items:{b}"] = await s.get_items(branch_id=b)
+            view[f"turns:{b}"] = [
+                (t["turn"], t["full_content"]) for t in await s.get_conversation_turns(b)
+            ]
+            view[f"usage:{b}"] = await s.get_turn_usage(branch_id=b)
+            view[f"tools:{b}"] = await s.get_tool_usage(b)
+            view[f"by_turn:{b}"] = await s.get_conversation_by_turns(b)
+        view["usage"] = await s.get_session_usage()
+        return view
+
+
+async def test_copy_carries_advanced_sessions(cli, tmp_path: Path) -> None:
+    """Branches, turns, usage and used names cross with the items; a re-run adds nothing."""
+    from advanced_items import answer, call, output, run_result, user  # noqa: PLC0415
+
+    from agents_memory import migrations  # noqa: PLC0415
+
+    url = f"sqlite+aiosqlite:///{tmp_path / 'adv.db'}"
+    kw = {"sessions_table": cli.names.sessions, "messages_table": cli.names.messages}
+    await migrations.upgrade(url, **kw)
+    async with SessionStore.from_url(url, **kw) as store:
+        await store.session("plain").add_items([{"role": "user", "content": "plain"}])
+        s = store.advanced_session("adv")
+        await s.add_items([user("Grüße, first"), answer("one")])
+        await s.store_run_usage(run_result(1, 10, 1))
+        await s.add_items([user("second"), call("lookup", "c1"), output("c1"), answer("two")])
+        await s.store_run_usage(run_result(2, 20, 2))
+        await s.create_branch_from_turn(2, "alt")
+        await s.add_items([user("second, again"), answer("two again")])
+        await s.store_run_usage(run_result(3, 30, 3))
+        await s.create_branch_from_turn(1, "gone")
+        await s.add_items([user("on a branch soon deleted")])
+        await s.switch_to_branch("alt")
+        await s.delete_branch("gone")  # deleted: no rows, its name still used
+    expected = await advanced_view(url, cli.names, "adv")
+    assert expected["branches"] == ["main", "alt"]
+
+    result = await cli.json("copy", "--from", url, "--to", cli.url)
+    assert (result["advanced_sessions"], result["advanced_skipped"]) == (1, 0)
+    assert await advanced_view(cli.url, cli.names, "adv") == expected
+    models = get_models(cli.names)
+    tables = (models.Structure.__table__, models.TurnUsage.__table__, models.Branch.__table__)
+
+    async def counts() -> list[int]:
+        engine = create_engine(cli.url)
+        try:
+            async with engine.connect() as conn:
+                return [
+                    int((await conn.execute(select(func.count()).select_from(t))).scalar_one())
+                    for t in tables
+                ]
+        finally:
+            await engine.dispose()
+
+    first = await counts()
+    again = await cli.json("copy", "--from", url, "--to", cli.url)
+    assert again["items_written"] == 0
+    assert await counts() == first
+    assert await advanced_view(cli.url, cli.names, "adv") == expected
+    async with SessionStore.from_url(cli.url, **kw) as target:
+        t = target.advanced_session("adv")
+        await t.add_items([user("more")])
+        for used in ("alt", "gone"):
+            with pytest.raises(ValueError, match="already been used"):
+                await t.create_branch_from_turn(1, used)
+        assert await target.session("plain").get_items() == [{"role": "user", "content": "plain"}]
+    # append keeps the target's own items: the advanced rows are left as they are
+    appended = await cli.json("copy", "--from", url, "--to", cli.url, "--if-exists", "append")
+    assert (appended["advanced_sessions"], appended["advanced_skipped"]) == (0, 0)

@@ -69,6 +69,8 @@ async def test_round_trip_is_exact(cli, store, tmp_path: Path) -> None:
         "sessions_unchanged": 0,
         "items_written": 5,
         "items_present": 0,
+        "advanced_sessions": 0,
+        "advanced_skipped": 0,
     }
     assert await snapshot(store) == before
 

@@ -106,6 +106,27 @@ async def test_delete_asks_unless_yes(cli, store) -> None:
     await cli("sessions", "delete", "b", "--yes", code=1)
 
 
+async def test_delete_frees_an_advanced_sessions_branch_names(cli, store) -> None:
+    """`sessions delete` deletes everything of the session, its used branch names too."""
+    from sqlalchemy import select  # noqa: PLC0415
+
+    from agents_memory import get_models  # noqa: PLC0415
+
+    s = store.advanced_session("adv")
+    await s.add_items([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+    await s.create_branch_from_turn(2, "alt")
+    table = get_models(store.table_names).Branch.__table__
+    query = select(table.c.branch_id).where(table.c.session_id == "adv")
+    async with store.engine.connect() as conn:
+        assert set((await conn.execute(query)).scalars()) == {"alt"}
+    await cli("sessions", "delete", "adv", "--yes")
+    async with store.engine.connect() as conn:
+        assert set((await conn.execute(query)).scalars()) == set()
+    again = store.advanced_session("adv")
+    await again.add_items([{"role": "user", "content": "new"}])
+    assert await again.create_branch_from_turn(1, "alt") == "alt"
+
+
 async def test_stats(cli, store) -> None:
     """Stats counts sessions and items and names the largest, as text and JSON."""
     await seed(store)

@@ -7,10 +7,17 @@ import itertools
 from typing import Any
 
 import pytest
-from sqlalchemy import inspect, text
+from sqlalchemy import inspect, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agents_memory import SchemaNotReadyError, SessionStore, TableNames, create_engine, migrations
+from agents_memory import (
+    SchemaNotReadyError,
+    SessionStore,
+    TableNames,
+    create_engine,
+    get_models,
+    migrations,
+)
 
 
 def kw(names: TableNames) -> dict[str, str]:
@@ -196,3 +203,44 @@ async def test_a_version_table_with_two_rows_is_refused_with_the_fix(
         await SessionStore(engine, **kw(names)).session("a").get_items()
     assert "0001" in str(info.value)
     assert migrations.head() in str(info.value)
+
+
+async def test_branch_names_round_trip_0005(engine: AsyncEngine, names: TableNames) -> None:
+    """0005 drops the branches' cascade (names outlive a clear); its downgrade restores 0004.
+
+    Down: the names of sessions that no longer exist go (0004's foreign key could not
+    hold them), the others stay; up again: they are all still there, no drift.
+    """
+    branches = get_models(names).Branch.__table__
+
+    async def rows() -> set[tuple[str, str]]:
+        async with engine.connect() as conn:
+            query = select(branches.c.session_id, branches.c.branch_id)
+            return {(str(a), str(b)) for a, b in (await conn.execute(query)).all()}
+
+    async def has_fk() -> bool:
+        async with engine.connect() as conn:
+            fks = await conn.run_sync(lambda c: inspect(c).get_foreign_keys(names.branches))
+        return any(fk["referred_table"] == names.sessions for fk in fks)
+
+    await migrations.upgrade(engine, **kw(names))
+    assert not await has_fk()
+    store = SessionStore(engine, **kw(names))
+    for sid in ("live", "cleared"):
+        s = store.advanced_session(sid)
+        await s.add_items([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+        await s.create_branch_from_turn(2, "alt")
+    await store.advanced_session("cleared").clear_session()
+    assert await rows() == {("live", "alt"), ("cleared", "alt"), ("cleared", "main")}
+
+    await migrations.downgrade(engine, revision="0004", **kw(names))
+    assert await migrations.current(engine, **kw(names)) == "0004"
+    assert await has_fk()
+    assert await rows() == {("live", "alt")}
+    await migrations.upgrade(engine, **kw(names))
+    assert await rows() == {("live", "alt")}
+    assert not await has_fk()
+    assert await migrations.check(engine, **kw(names)) == []
+    fresh = SessionStore(engine, **kw(names)).advanced_session("live")
+    with pytest.raises(ValueError, match="already been used"):
+        await fresh.create_branch_from_turn(1, "alt")

@@ -253,7 +253,7 @@ async def test_pop_item_on_a_branch(store: SessionStore) -> None:
 
 
 async def test_clear_session_removes_everything(store: SessionStore) -> None:
-    """Clearing drops items, branches and usage (foreign keys cascade) and returns to main."""
+    """Clearing drops items, branches and usage and returns to main; names stay used (SDK)."""
     s = store.advanced_session("clear")
     await three_turns(s)
     await s.store_run_usage(run_result(1, 1, 1))
@@ -266,7 +266,54 @@ async def test_clear_session_removes_everything(store: SessionStore) -> None:
     assert await store.get_session("clear") is None
     await s.add_items([user("again")])
     assert [t["turn"] for t in await s.get_conversation_turns()] == [1]
-    assert await s.create_branch_from_turn(1, "b") == "b"  # a clear frees the names
+    for used in ("b", "main"):  # as the SDK: every name used before the clear stays used
+        with pytest.raises(ValueError, match="already been used"):
+            await s.create_branch_from_turn(1, used)
+    assert await s.create_branch_from_turn(1, "c") == "c"
+
+
+async def branch_names(store: SessionStore, sid: str) -> set[str]:
+    table = get_models(store.table_names).Branch.__table__
+    async with store.engine.connect() as conn:
+        query = select(table.c.branch_id).where(table.c.session_id == sid)
+        return set((await conn.execute(query)).scalars())
+
+
+async def test_names_outlive_a_clear_by_another_object(store: SessionStore) -> None:
+    """Another object's clear (no session row left) keeps the names; the same as the SDK."""
+    a, b = store.advanced_session("names"), store.advanced_session("names")
+    await three_turns(a)
+    await a.create_branch_from_turn(2, "alt")
+    await b.clear_session()
+    assert await store.get_session("names") is None
+    assert await branch_names(store, "names") == {"main", "alt"}
+    await b.add_items([user("fresh")])
+    with pytest.raises(ValueError, match="already been used"):
+        await b.create_branch_from_turn(1, "alt")
+    auto = await b.create_branch_from_turn(1)
+    assert auto.startswith("branch_from_turn_1_")
+    assert await branch_names(store, "names") == {"main", "alt", auto}
+
+
+async def test_deleting_a_session_deletes_its_names(store: SessionStore) -> None:
+    """delete_session removes everything of the session, its used names too (a clear does not)."""
+    s = store.advanced_session("gone")
+    await three_turns(s)
+    await s.create_branch_from_turn(2, "alt")
+    other = store.advanced_session("kept")
+    await three_turns(other)
+    await other.create_branch_from_turn(2, "alt")
+    assert await store.delete_session("gone") is True
+    assert await branch_names(store, "gone") == set()
+    assert await branch_names(store, "kept") == {"alt"}  # main: reserved by a clear
+    # Cleared first (names kept, no session row): deleting it still deletes the names.
+    await other.clear_session()
+    assert await branch_names(store, "kept") == {"main", "alt"}
+    assert await store.delete_session("kept") is False
+    assert await branch_names(store, "kept") == set()
+    fresh = store.advanced_session("gone")
+    await fresh.add_items([user("again")])
+    assert await fresh.create_branch_from_turn(1, "alt") == "alt"
 
 
 async def test_bad_input_is_refused_before_writing(store: SessionStore) -> None:

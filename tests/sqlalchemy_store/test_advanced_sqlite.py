@@ -144,3 +144,23 @@ async def test_existing_file_needs_an_upgrade(tmp_path: Path) -> None:
             await s.get_conversation_turns()
     finally:
         await s.aclose()
+
+
+async def test_sdk_names_of_a_cleared_session_stay_used(tmp_path: Path) -> None:
+    """The SDK keeps a cleared session's names (no session row): adopted (0005), still used."""
+    path = tmp_path / "sdk.db"
+    sdk = memory.AdvancedSQLiteSession(session_id="gone", db_path=path, create_tables=True)
+    await sdk.add_items([user("one"), answer("a"), user("two")])
+    await sdk.create_branch_from_turn(2, "alt")
+    await sdk.clear_session()
+    sdk.close()
+    s = AdvancedSQLiteSession(session_id="gone", db_path=path, create_tables=True)
+    try:
+        assert await s.get_items() == []
+        await s.add_items([user("again")])
+        for used in ("alt", "main"):
+            with pytest.raises(ValueError, match="already been used"):
+                await s.create_branch_from_turn(1, used)
+        assert await s.create_branch_from_turn(1, "new") == "new"
+    finally:
+        await s.aclose()

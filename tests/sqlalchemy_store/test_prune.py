@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import bindparam, update
+from sqlalchemy import bindparam, select, update
 
-from agents_memory import PruneReport, SessionStore
+from agents_memory import PruneReport, SessionStore, get_models
 from agents_memory._sqlalchemy import _prune
 from agents_memory._sqlalchemy._store import backend_of
 
@@ -307,3 +307,23 @@ async def test_sigkill_at_any_moment_leaves_whole_or_suffix(
             if not got and await store.get_session(sid) is not None:
                 pytest.fail(f"{sid} has no items but still exists")
     assert kills >= 3, "the child finished before it was killed too often to prove anything"
+
+
+async def test_deleting_an_advanced_session_deletes_its_branch_names(store: SessionStore) -> None:
+    """A session pruned whole loses its used branch names; one kept keeps them (rev. 0005)."""
+    table = get_models(store.table_names).Branch.__table__
+
+    async def names_of(sid: str) -> set[str]:
+        async with store.engine.connect() as conn:
+            query = select(table.c.branch_id).where(table.c.session_id == sid)
+            return set((await conn.execute(query)).scalars())
+
+    for sid in ("old", "young"):
+        s = store.advanced_session(sid)
+        await s.add_items([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+        await s.create_branch_from_turn(2, "alt")
+    await backdate(store, "old")
+    report = await store.prune(older_than=AGE)
+    assert report.sessions_deleted == 1
+    assert await names_of("old") == set()
+    assert await names_of("young") == {"alt"}
