@@ -179,12 +179,13 @@ class Keyring:
     ids are 1-64 characters of letters, digits, ``.``, ``_`` and ``-`` (they are
     stored in every envelope, so pick dates or counters, not secrets).
 
-    ``cache_size`` (default 1024, ``0`` turns it off) keeps the plaintext of the most
-    recently opened envelopes, keyed by the exact stored envelope text, so re-reading
-    the latest items of a conversation (what an agent does every turn) skips base64
-    and AES-GCM: on a busy 2-CPU VM latest-20 reads measured 0.4-0.9x of plaintext
-    reads without it and 0.7-1.3x with it (``benchmarks/encryption.py``); a hit costs
-    ~0.8 us. Only envelopes that authenticated are cached (a tampered or wrong-key row
+    ``cache_size`` (default 1024, ``0`` turns it off) keeps the plaintext of recently
+    opened envelopes (oldest out first, but one re-read at least once every
+    ``cache_size // 2`` new envelopes keeps its place), keyed by the exact stored
+    envelope text, so re-reading the latest items of a conversation (what an agent
+    does every turn) skips base64 and AES-GCM: a cache hit is one lock-free dict
+    lookup and a full-text compare (``benchmarks/README.md`` has the instruction
+    counts). Only envelopes that authenticated are cached (a tampered or wrong-key row
     raises every time), and envelopes over 16 KiB are not cached at all.
 
     The trade-off: up to ``cache_size`` decrypted items (at most 16 KiB each) stay in
