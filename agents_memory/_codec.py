@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from agents_memory._crypto import is_envelope, open_envelope
+from agents_memory._crypto import ENVELOPE_MARK, FORMAT, is_envelope, open_envelope
 from agents_memory._errors import CorruptItemError
 
 if TYPE_CHECKING:
@@ -35,6 +35,8 @@ def _reject_constant(name: str) -> None:
 decode_json = json.JSONDecoder(parse_constant=_reject_constant).decode
 """``json.loads`` that refuses NaN and Infinity, as every writer of ours does."""
 _decode = decode_json
+
+_CURRENT = FORMAT + ":"
 
 _SCALARS = (str, int, float, bool, type(None))
 
@@ -146,8 +148,14 @@ def decode_rows(
     out: list[dict[str, Any]] = []
     for row_id, stored in rows:
         data = stored
-        if keyring is not None and is_envelope(data):
-            data = keyring.decrypt(data, row_id=row_id)  # type: ignore[arg-type]
+        # (is_envelope's answer, cheaper: this format's prefix first, the regex for others)
+        if (
+            keyring is not None
+            and type(data) is str
+            and data.startswith(ENVELOPE_MARK)
+            and (data.startswith(_CURRENT) or is_envelope(data))
+        ):
+            data = keyring.decrypt(data, row_id=row_id)
         try:
             value = _decode(data)  # type: ignore[arg-type]  # fast path: str holding an object
         except (ValueError, TypeError, RecursionError):

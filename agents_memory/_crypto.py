@@ -35,7 +35,6 @@ import os
 import re
 import threading
 from binascii import a2b_base64, b2a_base64
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,7 +58,7 @@ _TAIL = 24
 
 
 class _OpenedCache:
-    """A bounded LRU of envelope text -> the plaintext it authenticated to.
+    """A bounded cache of envelope text -> the plaintext it authenticated to.
 
     Indexed by the envelope's last characters (its authentication tag), so a lookup
     hashes 24 characters instead of a whole ~1 KB row, and a hit then compares the
@@ -67,28 +66,46 @@ class _OpenedCache:
     text is ever answered from the cache. Two envelopes sharing a tail (practically
     never) just evict each other.
 
+    Eviction is oldest-inserted first, with a second chance: a hit on an entry that
+    has fallen into the older half (``stale`` or more insertions ago) re-inserts it
+    at the young end. So an envelope read at least once every ``size // 2`` new
+    envelopes is never evicted (what an agent re-reading its latest items does), and
+    a hit on a young entry touches nothing at all.
+
     Who calls it: a ``SessionStore`` / ``SQLAlchemySession`` decrypts on the event loop,
     each ``SQLiteSession`` on its own worker thread, and one keyring may serve all of
-    them at once. An ``OrderedDict`` is not safe for concurrent ``move_to_end`` /
-    ``popitem`` from several threads, so every touch takes one lock (uncontended: well
-    under a microsecond, against ~5 us of base64 + AES-GCM saved on a hit). The lock is
-    never held while decrypting, so a slow open never blocks another thread's hit.
+    them at once. **Hits take no lock**: one ``dict.get`` (atomic on CPython with the GIL
+    for ``str`` keys, whose hashing and comparison run no Python code and never release
+    it; thread-safe by design on free-threaded builds, PEP 703), then a compare of
+    an immutable tuple it returned. ``entries`` only ever holds tuples stored by
+    :meth:`put` after the envelope authenticated, so whatever the interleaving, a hit
+    answers an authenticated envelope's own plaintext. Every mutation (insert, the
+    second-chance move, eviction) happens under ``lock``, so writers never interleave;
+    a reader racing a writer sees the entry before or after, never half of it. The
+    unlocked read of ``seq`` only decides whether to refresh, so a stale value costs
+    at most one needless or one skipped refresh. The lock is never held while
+    decrypting, so a slow open never blocks another thread.
     """
 
-    __slots__ = ("entries", "lock", "size")
+    __slots__ = ("entries", "lock", "seq", "size", "stale")
 
     def __init__(self, size: int) -> None:
-        self.entries: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self.entries: dict[str, tuple[str, str, int]] = {}
         self.lock = threading.Lock()
         self.size = size
+        self.stale = max(1, size // 2)
+        self.seq = 0
 
     def put(self, envelope: str, plain: str) -> None:
+        """Insert (or move to the young end) an envelope that authenticated to ``plain``."""
         tail = envelope[-_TAIL:]
+        entries = self.entries
         with self.lock:
-            self.entries[tail] = (envelope, plain)
-            self.entries.move_to_end(tail)
-            if len(self.entries) > self.size:
-                self.entries.popitem(last=False)
+            self.seq = seq = self.seq + 1
+            entries.pop(tail, None)  # re-inserting moves it to the end of the dict's order
+            entries[tail] = (envelope, plain, seq)
+            if len(entries) > self.size:
+                del entries[next(iter(entries))]  # the oldest insertion
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -162,12 +179,13 @@ class Keyring:
     ids are 1-64 characters of letters, digits, ``.``, ``_`` and ``-`` (they are
     stored in every envelope, so pick dates or counters, not secrets).
 
-    ``cache_size`` (default 1024, ``0`` turns it off) keeps the plaintext of the most
-    recently opened envelopes, keyed by the exact stored envelope text, so re-reading
-    the latest items of a conversation (what an agent does every turn) skips base64
-    and AES-GCM: on a busy 2-CPU VM latest-20 reads measured 0.4-0.9x of plaintext
-    reads without it and 0.7-1.3x with it (``benchmarks/encryption.py``); a hit costs
-    ~0.8 us. Only envelopes that authenticated are cached (a tampered or wrong-key row
+    ``cache_size`` (default 1024, ``0`` turns it off) keeps the plaintext of recently
+    opened envelopes (oldest out first, but one re-read at least once every
+    ``cache_size // 2`` new envelopes keeps its place), keyed by the exact stored
+    envelope text, so re-reading the latest items of a conversation (what an agent
+    does every turn) skips base64 and AES-GCM: a cache hit is one lock-free dict
+    lookup and a full-text compare (``benchmarks/README.md`` has the instruction
+    counts). Only envelopes that authenticated are cached (a tampered or wrong-key row
     raises every time), and envelopes over 16 KiB are not cached at all.
 
     The trade-off: up to ``cache_size`` decrypted items (at most 16 KiB each) stay in
@@ -262,14 +280,20 @@ class Keyring:
         return f"{self._headers[key_id]}:{b2a_base64(nonce + sealed, newline=False).decode()}"
 
     def encrypt_all(self, data: list[str]) -> list[str]:
-        """Seal a batch of encoded items."""
+        """Seal a batch of encoded items.
+
+        The batch's nonces come from one ``os.urandom`` call (one system call instead
+        of one per item), cut into 12-byte pieces: each is still 96 fresh random bits.
+        """
         key_id = self._current
-        cipher, aad, header = self._ciphers[key_id], self._aad[key_id], self._headers[key_id]
+        seal, aad, header = self._ciphers[key_id].encrypt, self._aad[key_id], self._headers[key_id]
+        nonces = os.urandom(_NONCE_BYTES * len(data))
+        prefix = header + ":"
         out = []
-        for text in data:
-            nonce = os.urandom(_NONCE_BYTES)
-            sealed = cipher.encrypt(nonce, text.encode(), aad)
-            out.append(f"{header}:{b2a_base64(nonce + sealed, newline=False).decode()}")
+        for i, text in enumerate(data):
+            nonce = nonces[i * _NONCE_BYTES : (i + 1) * _NONCE_BYTES]
+            body = b2a_base64(nonce + seal(nonce, text.encode(), aad), newline=False)
+            out.append(prefix + body.decode("ascii"))
         return out
 
     def check(self, data: str, *, row_id: object = "?") -> None:
@@ -307,15 +331,15 @@ class Keyring:
         ``cache=False`` neither reads nor fills it (rotation: rows it opens once and
         rewrites would only push the conversations being read out of it).
         """
-        store = self._cache if cache and len(data) <= CACHE_MAX_ENVELOPE else None
-        if store is None:
+        store = self._cache
+        if store is None or not cache or len(data) > CACHE_MAX_ENVELOPE:
             return self._open(data, row_id=row_id)
-        tail = data[-_TAIL:]
-        with store.lock:
-            entry = store.entries.get(tail)
-            if entry is not None and entry[0] == data:
-                store.entries.move_to_end(tail)
-                return entry[1]
+        # the hot path, lock-free (see _OpenedCache): one dict.get and a full-text compare
+        entry = store.entries.get(data[-_TAIL:])
+        if entry is not None and entry[0] == data:
+            if store.seq - entry[2] >= store.stale:
+                store.put(data, entry[1])  # second chance: it is being read, keep it young
+            return entry[1]
         plain = self._open(data, row_id=row_id)
         store.put(data, plain)
         return plain

@@ -127,6 +127,41 @@ def test_cache_is_lru_bounded_skips_big_envelopes_and_can_be_off() -> None:
     assert ring.with_current("a")._cache is ring._cache
 
 
+def test_cache_hit_needs_the_whole_text_not_just_its_tail() -> None:
+    """The cache is indexed by the tail; a row altered before it still fails, every time."""
+    ring = Keyring({"a": Keyring.generate_key()}, current="a", cache_size=4)
+    sealed = ring.encrypt('{"a":"' + "x" * 200 + '"}')
+    assert ring.decrypt(sealed).startswith('{"a":"xx')  # now cached
+    mid = len(sealed) // 2
+    altered = sealed[:mid] + ("A" if sealed[mid] != "A" else "B") + sealed[mid + 1 :]
+    assert altered[-24:] == sealed[-24:]
+    for _ in range(3):
+        with pytest.raises(DecryptionError, match="failed authentication"):
+            ring.decrypt(altered)
+    assert ring.decrypt(sealed).startswith('{"a":"xx')  # the genuine one still answers
+
+
+def test_cache_gives_entries_being_read_a_second_chance() -> None:
+    """An envelope read at least once every size // 2 new ones is never evicted."""
+    ring = Keyring({"a": Keyring.generate_key()}, current="a", cache_size=8)
+    hot = ring.encrypt('{"hot":1}')
+    ring.decrypt(hot)
+    cache = ring._cache
+    assert cache is not None
+    for n in range(100):
+        ring.decrypt(ring.encrypt(f'{{"n":{n}}}'))
+        if n % 4 == 3:
+            ring.decrypt(hot)
+        assert hot in cache
+        assert len(cache) <= 8
+    cold = ring.encrypt('{"cold":1}')
+    ring.decrypt(cold)
+    for n in range(8):
+        ring.decrypt(ring.encrypt(f'{{"m":{n}}}'))
+    assert cold not in cache
+    assert len(cache) == 8
+
+
 @pytest.mark.parametrize("size", [-1, 1.5, True, "10"])
 def test_bad_cache_size_is_refused(size: object) -> None:
     with pytest.raises(ValueError, match="cache_size"):

@@ -26,8 +26,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from agents_memory._admin._errors import ConflictError, NotFoundError
 from agents_memory._admin._types import IF_EXISTS, IfExists, NoProgress, Progress
 from agents_memory._codec import decode_row
-from agents_memory._crypto import Keyring
-from agents_memory._errors import DecryptionError
+from agents_memory._crypto import Keyring, envelope_key_id
+from agents_memory._errors import DecryptionError, MissingKeyError
 from agents_memory._sqlalchemy._bulk import (
     MAX_IDS_PER_QUERY,
     Bulk,
@@ -101,6 +101,37 @@ def _conflict(sid: str, detail: str) -> ConflictError:
         "keep it, or append to add the source's items after its own"
     )
     return ConflictError(msg)
+
+
+def _keys_needed(
+    sid: str, a: ItemRecord | None, b: ItemRecord | None, keyring: Keyring | None
+) -> DecryptionError | None:
+    """Why two records could not be compared: one is sealed and the keys cannot open it.
+
+    A resumed import that sealed its rows, re-run without the keys, would otherwise
+    call the session a content conflict (and suggest ``--if-exists replace``, which
+    would overwrite good rows); what it needs is the keys. ``None``: comparable.
+    """
+    if a is None or b is None or (a.sealed is None) == (b.sealed is None):
+        return None
+    sealed = a.sealed if a.sealed is not None else b.sealed
+    assert sealed is not None  # noqa: S101 - exactly one side is sealed
+    key_id = envelope_key_id(sealed)
+    if keyring is None:
+        msg = (
+            f"session {sid!r} already exists in the target, and to tell whether it is an "
+            f"earlier partial copy its items encrypted under key id {key_id!r} must be "
+            "opened, but this run has no keys: re-run with the keys, given as for "
+            "`agents-memory keys rotate` takes them (a keys file or the environment)"
+        )
+        return MissingKeyError(msg, key_id=key_id)
+    try:
+        decode_row(sealed, row_id=f"{sid!r} (resume check)", on_corrupt="raise", keyring=keyring)
+    except DecryptionError as exc:
+        return exc
+    except ValueError:
+        return None
+    return None
 
 
 class Writer:
@@ -215,6 +246,9 @@ class Writer:
                     and existing is not None
                     and not _same(item, existing.last_item, self._keyring)
                 ):
+                    needed = _keys_needed(sid, item, existing.last_item, self._keyring)
+                    if needed is not None:
+                        raise needed
                     raise _conflict(sid, f"its item {skip} differs from the source's")
                 self._present(1)
                 continue

@@ -257,6 +257,35 @@ async def test_import_with_keys_seals_plaintext_and_resumes_over_sealed_rows(
     assert json.loads(out.stdout)["items_present"] == 9
 
 
+async def test_resuming_an_encrypted_import_without_keys_says_keys_are_needed(
+    cli: Any, tmp_path: Path
+) -> None:
+    """Not a content conflict (whose advice, --if-exists replace, would overwrite good rows)."""
+    full = {"s0": [{"s": 0, "n": n} for n in range(4)]}
+    first, whole = tmp_path / "partial.jsonl", tmp_path / "full.jsonl"
+    first.write_text(_export_text({"s0": full["s0"][:2]}))
+    whole.write_text(_export_text(full))
+    await invoke(cli, "import", str(first), env=ENV)  # sealed under b (current), cut after 2
+    before = await _raw_rows(cli)
+    assert len(before) == 2
+    out = await invoke(cli, "import", str(whole), env={}, code=1)
+    said = " ".join(out.stderr.split())
+    assert "no keys" in said
+    assert "keys rotate" in said
+    assert "key id 'b'" in said
+    assert "$AGENTS_MEMORY_KEYS" in said  # where the CLI reads them from
+    assert "--if-exists replace" not in said
+    assert await _raw_rows(cli) == before  # nothing written
+    # keys lacking the one the rows were sealed with: that key is named
+    only_a = {"AGENTS_MEMORY_KEYS": f"a={KEY_A}"}
+    out = await invoke(cli, "import", str(whole), env=only_a, code=1)
+    assert "key id 'b', which is not in the keyring" in " ".join(out.stderr.split())
+    assert await _raw_rows(cli) == before
+    # with them it finishes
+    await invoke(cli, "import", str(whole), env=ENV)
+    assert len(await _raw_rows(cli)) == 4
+
+
 async def test_import_refuses_a_sealed_item_its_keys_cannot_open_before_writing(
     cli: Any, tmp_path: Path
 ) -> None:
