@@ -45,7 +45,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents_memory._codec import decode_rows, encode_items
@@ -56,7 +55,6 @@ from agents_memory._protocol import resolve_limit, writes_overridden
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._cancel import run_to_completion
 from agents_memory._sqlalchemy._engine import create_engine
-from agents_memory._sqlalchemy._faults import retry_delay
 from agents_memory._sqlalchemy._session import SQLAlchemySession
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE
 from agents_memory.models import BRANCH_ID_MAX_LENGTH, get_models
@@ -292,22 +290,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         Run to completion through a cancel: on SQLite a started statement cannot be
         stopped (see ``_cancel``); elsewhere the caller gets its answer either way.
         """
-        backend = self._live()
-
-        async def attempt() -> T:
-            failures = 0
-            while True:
-                try:
-                    async with backend.transaction() as conn:
-                        return await body(conn)
-                except DBAPIError as exc:
-                    failures += 1
-                    delay = retry_delay(exc, failures, backend.db)
-                    if delay is None:
-                        raise
-                    await asyncio.sleep(delay)
-
-        return await run_to_completion(attempt())
+        return await run_to_completion(self._live().retried(body))
 
     async def _lock_session(self, conn: AsyncConnection) -> None:
         """Create or touch the session row: the lock every writer of this session queues on.

@@ -15,7 +15,7 @@ import contextlib
 import datetime as dt
 import warnings
 import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from typing import Any, NoReturn, TypeVar
 
 from sqlalchemy import Executable, Row
@@ -216,6 +216,27 @@ class Backend:
     def transaction(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
         """One transaction (commit on success, roll back on error) for a multi-statement write."""
         return self._connection(write=True, begin=True)
+
+    async def retried(self, body: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """``body`` in one transaction, run again if the database rolled it back whole.
+
+        A deadlock victim or a serialization failure (``_faults.retry_delay``) runs
+        again from the start. For the multi-statement writes outside the operations
+        (advanced sessions, the compaction swap, prune batches); the operations retry
+        the same way in ``_run``. Not shielded from a cancel: callers that must finish
+        wrap it (``run_to_completion``).
+        """
+        failures = 0
+        while True:
+            try:
+                async with self.transaction() as conn:
+                    return await body(conn)
+            except DBAPIError as exc:
+                failures += 1
+                delay = retry_delay(exc, failures, self.db)
+                if delay is None:
+                    raise
+                await asyncio.sleep(delay)
 
     def committing(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
         """A write connection whose transaction the caller commits itself.

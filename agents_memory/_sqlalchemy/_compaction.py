@@ -28,7 +28,6 @@ the SDK's attribute names (the SDK's class is private).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import sqlite3
@@ -36,7 +35,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Executable, bindparam, delete, select
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents_memory._codec import decode_row, encode_items
@@ -44,7 +42,6 @@ from agents_memory._databases.base import CompiledSQL, Statements, compile_for
 from agents_memory._errors import CorruptItemError, DecryptionError
 from agents_memory._ids import check_sql_int
 from agents_memory._sqlalchemy._cancel import run_to_completion
-from agents_memory._sqlalchemy._faults import retry_delay
 from agents_memory._tables import TableNames
 from agents_memory.models import get_models
 
@@ -232,22 +229,12 @@ async def _swap_async(conn: AsyncConnection, backend: Backend, st: Statements, s
 
 async def _swap_retrying(backend: Backend, swap: Swap) -> bool:
     """Run the swap in one transaction, again if the database made it a deadlock victim."""
-    failures = 0
-    while True:
-        try:
-            st = await backend.statements()
-            async with backend.transaction() as conn:
-                await _swap_async(conn, backend, st, swap)
-        except _Stale:
-            return False
-        except DBAPIError as exc:
-            failures += 1
-            delay = retry_delay(exc, failures, backend.db)
-            if delay is None:
-                raise
-            await asyncio.sleep(delay)
-        else:
-            return True
+    st = await backend.statements()
+    try:
+        await backend.retried(lambda conn: _swap_async(conn, backend, st, swap))
+    except _Stale:
+        return False
+    return True
 
 
 async def snapshot(

@@ -27,7 +27,6 @@ counted twice (each report counts what its own statements deleted).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime as dt
 import functools
@@ -47,13 +46,11 @@ from sqlalchemy import (
     select,
     true,
 )
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents_memory._databases.base import check_heads, heads_where
 from agents_memory._ids import check_sql_int
 from agents_memory._sqlalchemy._backend import Backend
-from agents_memory._sqlalchemy._faults import retry_delay
 from agents_memory._sqlalchemy._metadata import FilterValue, metadata_filter
 from agents_memory.models import get_models
 
@@ -155,17 +152,7 @@ class _Pruner:
 
     async def _write(self, body: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         """One short transaction; a deadlock victim (rolled back whole) runs again."""
-        failures = 0
-        while True:
-            try:
-                async with self.b.transaction() as conn:
-                    return await body(conn)
-            except DBAPIError as exc:
-                failures += 1
-                delay = retry_delay(exc, failures, self.db)
-                if delay is None:
-                    raise
-                await asyncio.sleep(delay)
+        return await self.b.retried(body)
 
     async def _read(self, statement: Any, params: Mapping[str, Any]) -> Sequence[Any]:  # noqa: ANN401
         return await self.b.fetch(statement, {**self.params, **params})
