@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from advanced_items import answer, call, output, user
+from encrypted_stores import store_on
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -26,16 +27,6 @@ from agents_memory import (
 
 KEY = Keyring.generate_key()
 OTHER = Keyring.generate_key()
-
-
-def store_on(engine: AsyncEngine, names: TableNames, keyring: Keyring | None) -> SessionStore:
-    return SessionStore(
-        engine,
-        sessions_table=names.sessions,
-        messages_table=names.messages,
-        create_tables=True,
-        encryption=keyring,
-    )
 
 
 async def raw(engine: AsyncEngine, names: TableNames) -> list[str]:

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from encrypted_stores import store_on
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -26,16 +27,6 @@ from agents_memory import (
 KEY_A = Keyring.generate_key()
 KEY_B = Keyring.generate_key()
 OTHER = Keyring.generate_key()
-
-
-def store_on(engine: AsyncEngine, names: TableNames, keyring: Keyring | None) -> SessionStore:
-    return SessionStore(
-        engine,
-        sessions_table=names.sessions,
-        messages_table=names.messages,
-        create_tables=True,
-        encryption=keyring,
-    )
 
 
 @pytest.fixture

@@ -16,6 +16,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from encrypted_stores import store_on
+from encrypted_stores import stored as _rows
 from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -35,22 +37,6 @@ def server(backend: Any) -> str:
     if backend.kind == "sqlite":
         pytest.skip("SQLite has one writer at a time: no transaction can interleave a clear")
     return str(backend.kind)
-
-
-def store_on(engine: AsyncEngine, names: TableNames, keyring: Keyring | None) -> SessionStore:
-    return SessionStore(
-        engine,
-        sessions_table=names.sessions,
-        messages_table=names.messages,
-        create_tables=True,
-        encryption=keyring,
-    )
-
-
-async def _rows(engine: AsyncEngine, names: TableNames) -> list[str]:
-    m = get_models(names).Message.__table__
-    async with engine.connect() as conn:
-        return [str(r[0]) for r in await conn.execute(select(m.c.message_data).order_by(m.c.id))]
 
 
 async def _waiting(engine: AsyncEngine, kind: str, table: str) -> int:

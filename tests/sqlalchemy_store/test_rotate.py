@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from encrypted_stores import store_on, stored
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -15,22 +16,6 @@ from agents_memory._codec import decode_json
 KEY_A = Keyring.generate_key()
 KEY_B = Keyring.generate_key()
 BOTH = Keyring({"a": KEY_A, "b": KEY_B}, current="a")
-
-
-def store_on(engine: AsyncEngine, names: TableNames, keyring: Keyring | None) -> SessionStore:
-    return SessionStore(
-        engine,
-        sessions_table=names.sessions,
-        messages_table=names.messages,
-        create_tables=True,
-        encryption=keyring,
-    )
-
-
-async def stored(engine: AsyncEngine, names: TableNames) -> list[str]:
-    m = get_models(names).Message.__table__
-    async with engine.connect() as conn:
-        return [str(r[0]) for r in await conn.execute(select(m.c.message_data).order_by(m.c.id))]
 
 
 def assert_all_under(rows: list[str], keyring: Keyring, key_id: str) -> None:
