@@ -65,10 +65,16 @@ class FileHarness:
 
     async def insert_raw(self, session_id: str, data: str) -> None:
         """Insert a row with plain sqlite3, bypassing the session."""
+        s, m = self.names.sessions, self.names.messages
         with contextlib.closing(sqlite3.connect(self.path)) as conn, conn:
             conn.execute(
-                f"INSERT INTO {self.names.messages} (session_id, message_data) VALUES (?, ?)",
-                (session_id, data),
+                f"UPDATE {s} SET last_position = last_position + 1 WHERE session_id = ?",
+                (session_id,),
+            )
+            conn.execute(
+                f"INSERT INTO {m} (session_id, position, message_data) "
+                f"SELECT session_id, last_position, ? FROM {s} WHERE session_id = ?",
+                (data, session_id),
             )
 
 

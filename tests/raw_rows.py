@@ -1,0 +1,35 @@
+"""Writing item rows behind the library's back, as a broken (or foreign) writer would.
+
+At head an item needs a position: the writer takes the next one from its session
+row's counter (``last_position``), as the library does, in the caller's transaction.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from agents_memory import TableNames
+from agents_memory.models import get_models
+
+
+async def append_raw(conn: AsyncConnection, names: TableNames, session_id: str, data: str) -> int:
+    """Append ``data`` to the (existing) session ``session_id`` on ``conn``; its position."""
+    models = get_models(names)
+    s, m = models.Session.__table__, models.Message.__table__
+    await conn.execute(
+        update(s).where(s.c.session_id == session_id).values(last_position=s.c.last_position + 1)
+    )
+    position = (
+        await conn.execute(select(s.c.last_position).where(s.c.session_id == session_id))
+    ).scalar_one()
+    await conn.execute(
+        insert(m).values(session_id=session_id, position=position, message_data=data)
+    )
+    return int(position)
+
+
+async def insert_raw(engine: AsyncEngine, names: TableNames, session_id: str, data: str) -> int:
+    """:func:`append_raw` in a transaction of its own."""
+    async with engine.begin() as conn:
+        return await append_raw(conn, names, session_id, data)
