@@ -7,7 +7,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import raw_rows
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -80,6 +79,8 @@ def open_store(url: str, names: TableNames, **kwargs: Any) -> SessionStore:
 
 async def insert_raw(engine: AsyncEngine, names: TableNames, session_id: str, data: Any) -> None:
     """Write a message row behind the library's back, as a broken writer would."""
+    import raw_rows  # noqa: PLC0415 - tests/ is not on the child processes' path
+
     await raw_rows.insert_raw(engine, names, session_id, data)
 
 

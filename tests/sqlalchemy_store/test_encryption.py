@@ -212,7 +212,10 @@ async def test_rows_carried_to_another_session_id_still_open(
     m = get_models(names).Message.__table__
     await enc.session("to").add_items([{"n": 2}])
     async with engine.begin() as conn:
-        await conn.execute(m.update().where(m.c.session_id == "from").values(session_id="to"))
+        # (to position 0: before the target's first item, as its id was smaller before 0006)
+        await conn.execute(
+            m.update().where(m.c.session_id == "from").values(session_id="to", position=0)
+        )
     assert await enc.session("to").get_items() == [{"n": 1}, {"n": 2}]
 
 
