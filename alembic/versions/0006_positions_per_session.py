@@ -46,6 +46,7 @@ depends_on = None
 
 # Frozen copies of the types at this revision (never import the live models here).
 MYSQL = ("mysql", "mariadb")
+PG_NAME_LIMIT = 63
 ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 SESSION_ID = sa.String(255)
 BRANCH_ID = sa.String(255)
@@ -525,7 +526,9 @@ def _serial(table: str) -> None:
     Core has no construct for a sequence's owner or a ``regclass`` default: these
     three statements are written out, every identifier quoted by the dialect.
     """
-    seq = f"{table}_id_seq"
+    # Named as Postgres names a SERIAL column's sequence: the table's name cut to fit.
+    suffix = "_id_seq"
+    seq = f"{table[: PG_NAME_LIMIT - len(suffix)]}{suffix}"
     op.execute(sa.schema.CreateSequence(sa.Sequence(op.f(seq))))
     regclass = _quoted(seq).replace("'", "''")
     op.alter_column(
