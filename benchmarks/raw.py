@@ -7,7 +7,8 @@ as ours (built from ``agents_memory.get_models``), same pragmas on SQLite.
 
 SQLite (aiosqlite): one writer connection behind an ``asyncio.Lock`` and one reader
 connection (WAL lets it read while the writer writes). ``add_items`` = upsert (bumping the
-session's ``last_position`` by the batch size, ``RETURNING`` it) + executemany + commit; reads are one ``execute_fetchall``; pop = ``DELETE ... RETURNING`` + commit.
+session's ``last_position`` by the batch size, ``RETURNING`` it) + executemany + commit;
+reads are one ``execute_fetchall``; pop = ``DELETE ... RETURNING`` + commit.
 
 MySQL/MariaDB (asyncmy): a pool; ``add_items`` = session upsert (``ON DUPLICATE KEY``,
 which row-locks the session so concurrent batches stay contiguous, bumping its
@@ -204,9 +205,7 @@ class RawPostgres:
             f"SELECT position, message_data FROM {m} WHERE session_id = $1 "
             "ORDER BY position DESC LIMIT $2"
         )
-        self.all = (
-            f"SELECT position, message_data FROM {m} WHERE session_id = $1 ORDER BY position"
-        )
+        self.all = f"SELECT position, message_data FROM {m} WHERE session_id = $1 ORDER BY position"
         self.pop_sql = (
             f"DELETE FROM {m} WHERE session_id = $1 AND position = (SELECT position FROM {m} "
             "WHERE session_id = $1 ORDER BY position DESC LIMIT 1 FOR UPDATE) "
@@ -281,9 +280,7 @@ class RawMysql:
             f"SELECT position, message_data FROM {m} WHERE session_id = %s "
             "ORDER BY position DESC LIMIT %s"
         )
-        self.all = (
-            f"SELECT position, message_data FROM {m} WHERE session_id = %s ORDER BY position"
-        )
+        self.all = f"SELECT position, message_data FROM {m} WHERE session_id = %s ORDER BY position"
         self.lock_newest = (
             f"SELECT position, message_data FROM {m} WHERE session_id = %s "
             "ORDER BY position DESC LIMIT 1 FOR UPDATE"

@@ -172,7 +172,7 @@ def _create_head(names: Any, temp: dict[str, str]) -> None:  # noqa: ANN401
             ["session_id", "message_position"],
             [f"{names.messages}.session_id", f"{names.messages}.position"],
             ondelete="CASCADE",
-            name=_fk(names.structure, "session_id", names.messages),
+            name=_fk(names.structure, "message_position", names.messages),
         ),
     )
     op.create_table(
@@ -447,7 +447,7 @@ def _server_upgrade(names: Any) -> None:  # noqa: ANN401
         op.drop_index(_ix(m, "session_id"), table_name=m)
     _structure_indexes(names)
     op.create_foreign_key(
-        _fk(st, "session_id", m),
+        _fk(st, "message_position", m),
         st,
         m,
         ["session_id", "message_position"],
@@ -491,7 +491,7 @@ def _server_downgrade(names: Any) -> None:  # noqa: ANN401
         )
     )
     # 2. the items keyed by id (auto-increment continuing after the largest)
-    op.drop_constraint(_fk(st, "session_id", m), st, type_="foreignkey")
+    op.drop_constraint(_fk(st, "message_position", m), st, type_="foreignkey")
     op.drop_index(op.f(derived["structure_item_index"]), table_name=st)
     op.drop_index(op.f(derived["structure_turn_index"]), table_name=st)
     op.create_index(_ix(m, "session_id"), m, ["session_id", "id"])
@@ -541,7 +541,8 @@ def _serial(table: str) -> None:
     op.execute(sa.text(f"ALTER SEQUENCE {_quoted(seq)} OWNED BY {_quoted(table)}.id"))
     column = _t(table, "id")
     top = sa.select(sa.func.coalesce(sa.func.max(column.c.id), 0) + 1).scalar_subquery()
-    op.execute(sa.select(sa.func.setval(sa.literal_column(f"'{regclass}'::regclass"), top, False)))
+    seq_class = sa.literal_column(f"'{regclass}'::regclass")
+    op.execute(sa.select(sa.func.setval(seq_class, top, sa.false())))
 
 
 def _quoted(name: str) -> str:

@@ -28,6 +28,8 @@ PAIRS = {
     "longest": TableNames((f"pl_{TAG}_" + "s" * 63)[:63], (f"pm_{TAG}_" + "m" * 63)[:63]),
 }
 SESSIONS = ("b", "a", "c")
+EXTRA = {"b": [{"role": "user", "content": "again"}], "c": [{"role": "user", "content": "kept"}]}
+"""What the test appends at head, kept through the downgrade."""
 PER_SESSION = 7
 
 
@@ -87,9 +89,8 @@ async def _write_0005(engine: AsyncEngine, names: TableNames) -> None:
         await conn.execute(t["sessions"].insert(), [{"session_id": s} for s in SESSIONS])
         for i in range(PER_SESSION):
             for sid in SESSIONS:  # ids alternate between the sessions
-                await conn.execute(
-                    t["messages"].insert().values(session_id=sid, message_data=json.dumps(_item(sid, i)))
-                )  # fmt: skip
+                data = json.dumps(_item(sid, i))
+                await conn.execute(t["messages"].insert().values(session_id=sid, message_data=data))
         m = t["messages"]
         for sid in SESSIONS:
             ids = (
@@ -154,6 +155,51 @@ async def _usage(engine: AsyncEngine, names: TableNames) -> set[Any]:
         return {tuple(r) for r in (await conn.execute(select(u))).all()}
 
 
+async def _numbered_per_session(engine: AsyncEngine, names: TableNames) -> None:
+    """Each session's items at positions 1…n in their old order; its counter at n."""
+    models = get_models(names)
+    m, s = models.Message.__table__, models.Session.__table__
+    async with engine.connect() as conn:
+        for sid in SESSIONS:
+            rows = (
+                await conn.execute(
+                    select(m.c.position, m.c.message_data)
+                    .where(m.c.session_id == sid)
+                    .order_by(m.c.position)
+                )
+            ).all()
+            assert [r[0] for r in rows] == list(range(1, PER_SESSION + 1))
+            assert [json.loads(r[1]) for r in rows] == [_item(sid, i) for i in range(PER_SESSION)]
+            top = select(s.c.last_position).where(s.c.session_id == sid)
+            assert (await conn.execute(top)).scalar_one() == PER_SESSION
+
+
+async def _ids_per_session(engine: AsyncEngine, names: TableNames) -> None:
+    """At 0005 again: ids in each session's order, unique; a new row's id after them all."""
+    assert await migrations.current(engine, **kw(names)) == "0005"
+    t = _at_0005(names)["messages"]
+    async with engine.begin() as conn:
+        ids = {}
+        for sid in SESSIONS:
+            rows = (
+                await conn.execute(
+                    select(t.c.id, t.c.message_data).where(t.c.session_id == sid).order_by(t.c.id)
+                )
+            ).all()
+            ids[sid] = [r[0] for r in rows]
+            expected = [_item(sid, i) for i in range(PER_SESSION)]
+            expected += EXTRA.get(sid, [])
+            assert [json.loads(r[1]) for r in rows] == expected
+        every = [i for sid in SESSIONS for i in ids[sid]]
+        assert len(set(every)) == len(every)
+        # 0005's writers insert without an id: the sequence goes on after the largest
+        await conn.execute(t.insert().values(session_id="a", message_data='{"n": "new"}'))
+        newest = (
+            await conn.execute(select(t.c.id).where(t.c.message_data == '{"n": "new"}'))
+        ).scalar_one()
+        assert newest > max(every)
+
+
 @pytest.fixture(params=list(PAIRS), ids=list(PAIRS))
 async def pair(
     request: pytest.FixtureRequest, backend: Any, drop_set: Any
@@ -183,23 +229,8 @@ async def test_0006_keeps_every_row_its_order_and_its_structure(
         await migrations.upgrade(engine, **kw(names))
         assert await migrations.current(engine, **kw(names)) == "0006"
         assert await migrations.check(engine, **kw(names)) == []
-        models = get_models(names)
-        m, s = models.Message.__table__, models.Session.__table__
-        async with engine.connect() as conn:
-            for sid in SESSIONS:
-                rows = (
-                    await conn.execute(
-                        select(m.c.position, m.c.message_data)
-                        .where(m.c.session_id == sid)
-                        .order_by(m.c.position)
-                    )
-                ).all()
-                assert [r[0] for r in rows] == list(range(1, PER_SESSION + 1))
-                assert [json.loads(r[1]) for r in rows] == [
-                    _item(sid, i) for i in range(PER_SESSION)
-                ]
-                top = select(s.c.last_position).where(s.c.session_id == sid)
-                assert (await conn.execute(top)).scalar_one() == PER_SESSION
+        await _numbered_per_session(engine, names)
+        m = get_models(names).Message.__table__
         assert await _structure_contents(engine, names, head=True) == before
         assert await _usage(engine, names) == usage
 
@@ -220,30 +251,7 @@ async def test_0006_keeps_every_row_its_order_and_its_structure(
             assert (await conn.execute(newest)).scalar_one() == PER_SESSION + 2
 
         await migrations.downgrade(engine, revision="0005", **kw(names))
-        assert await migrations.current(engine, **kw(names)) == "0005"
-        t = _at_0005(names)["messages"]
-        async with engine.begin() as conn:
-            ids = {}
-            for sid in SESSIONS:
-                rows = (
-                    await conn.execute(
-                        select(t.c.id, t.c.message_data)
-                        .where(t.c.session_id == sid)
-                        .order_by(t.c.id)
-                    )
-                ).all()
-                ids[sid] = [r[0] for r in rows]
-                expected = [_item(sid, i) for i in range(PER_SESSION)]
-                expected += {"b": [{"role": "user", "content": "again"}], "c": [{"role": "user", "content": "kept"}]}.get(sid, [])  # fmt: skip
-                assert [json.loads(r[1]) for r in rows] == expected
-            every = [i for sid in SESSIONS for i in ids[sid]]
-            assert len(set(every)) == len(every)
-            # 0005's writers insert without an id: the sequence goes on after the largest
-            await conn.execute(t.insert().values(session_id="a", message_data='{"n": "new"}'))
-            newest = (
-                await conn.execute(select(t.c.id).where(t.c.message_data == '{"n": "new"}'))
-            ).scalar_one()
-            assert newest > max(every)
+        await _ids_per_session(engine, names)
         assert await _structure_contents(engine, names, head=False) == before
         assert await _usage(engine, names) == usage
 
