@@ -105,6 +105,26 @@ def _ix(table: str, column: str) -> Any:  # noqa: ANN401
     return op.f(IX % {"table_name": table, "column_0_name": column})
 
 
+def _pk_of(table: str) -> Any:  # noqa: ANN401
+    """The primary key's name as the table has it.
+
+    0001 adopted tables the Agents SDK or the seed created with their own key names
+    (Postgres' ``<table>_pkey``), so only ours are sure to follow the convention.
+    """
+    if op.get_context().as_sql:
+        return _pk(table)
+    name = sa.inspect(op.get_bind()).get_pk_constraint(table).get("name")
+    return name or _pk(table)
+
+
+def _indexes_on(table: str, columns: list[str]) -> list[str]:
+    """The names of ``table``'s indexes on exactly ``columns`` (MySQL: what is left of one)."""
+    if op.get_context().as_sql:
+        return [_ix(table, columns[0])]
+    found = sa.inspect(op.get_bind()).get_indexes(table)
+    return [str(i["name"]) for i in found if list(i["column_names"]) == columns]
+
+
 def _t(name: str, *columns: str) -> sa.TableClause:
     return sa.table(name, *(sa.column(c) for c in columns))
 
@@ -428,23 +448,22 @@ def _server_upgrade(names: Any) -> None:  # noqa: ANN401
     op.drop_constraint(_fk(st, "message_id", m), st, type_="foreignkey")
     op.drop_index(_ix(st, "message_id"), table_name=st)
     op.drop_column(st, "message_id")
-    if is_mysql:  # an AUTO_INCREMENT column is its key: it goes with it
-        op.drop_column(st, "id")
-    else:
-        op.drop_constraint(_pk(st), st, type_="primary")
-        op.drop_column(st, "id")
+    if not is_mysql:  # (MySQL: an AUTO_INCREMENT column is its key: it goes with it)
+        op.drop_constraint(_pk_of(st), st, type_="primary")
+    op.drop_column(st, "id")
     op.create_primary_key(_pk(st), st, ["session_id", "branch_id", "sequence_number"])
     op.drop_index(_ix(st, "session_id"), table_name=st)
     op.drop_index(_ix(st, "branch_id"), table_name=st)
     # 3. the items: (session_id, position) is the key; the global id goes
-    if is_mysql:
-        op.drop_column(m, "id")  # (its index on (session_id, id) keeps session_id only)
-    else:
-        op.drop_constraint(_pk(m), m, type_="primary")
-        op.drop_column(m, "id")  # (Postgres drops the index on (session_id, id) with it)
+    if not is_mysql:
+        op.drop_constraint(_pk_of(m), m, type_="primary")
+    # (Postgres drops the index on (session_id, id) with the column; MySQL keeps what is
+    # left of it, an index on session_id, made redundant by the new key below)
+    op.drop_column(m, "id")
     op.create_primary_key(_pk(m), m, ["session_id", "position"])
     if is_mysql:
-        op.drop_index(_ix(m, "session_id"), table_name=m)
+        for index in _indexes_on(m, ["session_id"]):
+            op.drop_index(op.f(index), table_name=m)
     _structure_indexes(names)
     op.create_foreign_key(
         _fk(st, "message_position", m),
@@ -456,11 +475,9 @@ def _server_upgrade(names: Any) -> None:  # noqa: ANN401
     )
     # 4. usage: its natural key
     uq = op.f(UQ % {"table_name": u, "column_0_name": "session_id"})
-    if is_mysql:
-        op.drop_column(u, "id")
-    else:
-        op.drop_constraint(_pk(u), u, type_="primary")
-        op.drop_column(u, "id")
+    if not is_mysql:
+        op.drop_constraint(_pk_of(u), u, type_="primary")
+    op.drop_column(u, "id")
     op.create_primary_key(_pk(u), u, list(USAGE_KEY))
     op.drop_constraint(uq, u, type_="unique")
     op.add_column(names.sessions, _last_position())
