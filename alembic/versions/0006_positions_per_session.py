@@ -125,6 +125,11 @@ def _indexes_on(table: str, columns: list[str]) -> list[str]:
     return [str(i["name"]) for i in found if list(i["column_names"]) == columns]
 
 
+def _copy(target: str, columns: list[str], rows: sa.Select[Any]) -> None:
+    """``INSERT INTO target (columns) <rows>``: SQLite's copies into the rebuilt tables."""
+    op.execute(_t(target, *columns).insert().from_select(columns, rows))
+
+
 def _t(name: str, *columns: str) -> sa.TableClause:
     return sa.table(name, *(sa.column(c) for c in columns))
 
@@ -304,35 +309,26 @@ def _sqlite_upgrade(names: Any) -> None:  # noqa: ANN401
     _create_head(names, temp)
     ranked = _ranked_items(names).subquery("r")
     old = _t(names.messages, "id", "session_id", "message_data", "created_at")
-    op.execute(
-        _t(temp["messages"], "session_id", "position", "message_data", "created_at")
-        .insert()
-        .from_select(
-            ["session_id", "position", "message_data", "created_at"],
-            sa.select(ranked.c.session_id, ranked.c.position, old.c.message_data, old.c.created_at)
-            .join_from(old, ranked, ranked.c.id == old.c.id)
-            .order_by(ranked.c.session_id, ranked.c.position),
-        )
+    _copy(
+        temp["messages"],
+        ["session_id", "position", "message_data", "created_at"],
+        sa.select(ranked.c.session_id, ranked.c.position, old.c.message_data, old.c.created_at)
+        .join_from(old, ranked, ranked.c.id == old.c.id)
+        .order_by(ranked.c.session_id, ranked.c.position),
     )
     st = _t(names.structure, "id", "session_id", "message_id", *STRUCTURE_DATA)
-    op.execute(
-        _t(temp["structure"], "session_id", "message_position", *STRUCTURE_DATA)
-        .insert()
-        .from_select(
-            ["session_id", "message_position", *STRUCTURE_DATA],
-            sa.select(st.c.session_id, ranked.c.position, *(st.c[c] for c in STRUCTURE_DATA))
-            .join_from(st, ranked, ranked.c.id == st.c.message_id)
-            .order_by(st.c.id),
-        )
+    _copy(
+        temp["structure"],
+        ["session_id", "message_position", *STRUCTURE_DATA],
+        sa.select(st.c.session_id, ranked.c.position, *(st.c[c] for c in STRUCTURE_DATA))
+        .join_from(st, ranked, ranked.c.id == st.c.message_id)
+        .order_by(st.c.id),
     )
     usage = _t(names.turn_usage, "id", *USAGE_KEY, *USAGE_DATA)
-    op.execute(
-        _t(temp["usage"], *USAGE_KEY, *USAGE_DATA)
-        .insert()
-        .from_select(
-            [*USAGE_KEY, *USAGE_DATA],
-            sa.select(*(usage.c[c] for c in (*USAGE_KEY, *USAGE_DATA))).order_by(usage.c.id),
-        )
+    _copy(
+        temp["usage"],
+        [*USAGE_KEY, *USAGE_DATA],
+        sa.select(*(usage.c[c] for c in (*USAGE_KEY, *USAGE_DATA))).order_by(usage.c.id),
     )
     _swap(names, temp)
     _structure_indexes(names)
@@ -346,50 +342,39 @@ def _sqlite_downgrade(names: Any) -> None:  # noqa: ANN401
     _create_0005(names, temp)
     ranked = _ranked_ids(names).subquery("r")
     new = _t(names.messages, "session_id", "position", "message_data", "created_at")
-    op.execute(
-        _t(temp["messages"], "id", "session_id", "message_data", "created_at")
-        .insert()
-        .from_select(
-            ["id", "session_id", "message_data", "created_at"],
-            sa.select(ranked.c.id, new.c.session_id, new.c.message_data, new.c.created_at)
-            .join_from(
-                new,
-                ranked,
-                sa.and_(
-                    ranked.c.session_id == new.c.session_id, ranked.c.position == new.c.position
-                ),
-            )
-            .order_by(ranked.c.id),
+    _copy(
+        temp["messages"],
+        ["id", "session_id", "message_data", "created_at"],
+        sa.select(ranked.c.id, new.c.session_id, new.c.message_data, new.c.created_at)
+        .join_from(
+            new,
+            ranked,
+            sa.and_(ranked.c.session_id == new.c.session_id, ranked.c.position == new.c.position),
         )
+        .order_by(ranked.c.id),
     )
     st = _t(names.structure, "session_id", "message_position", *STRUCTURE_DATA)
-    op.execute(
-        _t(temp["structure"], "session_id", "message_id", *STRUCTURE_DATA)
-        .insert()
-        .from_select(
-            ["session_id", "message_id", *STRUCTURE_DATA],
-            sa.select(st.c.session_id, ranked.c.id, *(st.c[c] for c in STRUCTURE_DATA))
-            .join_from(
-                st,
-                ranked,
-                sa.and_(
-                    ranked.c.session_id == st.c.session_id,
-                    ranked.c.position == st.c.message_position,
-                ),
-            )
-            .order_by(st.c.session_id, st.c.sequence_number),
-        )
-    )
-    usage = _t(names.turn_usage, *USAGE_KEY, *USAGE_DATA)
-    op.execute(
-        _t(temp["usage"], *USAGE_KEY, *USAGE_DATA)
-        .insert()
-        .from_select(
-            [*USAGE_KEY, *USAGE_DATA],
-            sa.select(*(usage.c[c] for c in (*USAGE_KEY, *USAGE_DATA))).order_by(
-                usage.c.session_id, usage.c.branch_id, usage.c.user_turn_number
+    _copy(
+        temp["structure"],
+        ["session_id", "message_id", *STRUCTURE_DATA],
+        sa.select(st.c.session_id, ranked.c.id, *(st.c[c] for c in STRUCTURE_DATA))
+        .join_from(
+            st,
+            ranked,
+            sa.and_(
+                ranked.c.session_id == st.c.session_id,
+                ranked.c.position == st.c.message_position,
             ),
         )
+        .order_by(st.c.session_id, st.c.sequence_number),
+    )
+    usage = _t(names.turn_usage, *USAGE_KEY, *USAGE_DATA)
+    _copy(
+        temp["usage"],
+        [*USAGE_KEY, *USAGE_DATA],
+        sa.select(*(usage.c[c] for c in (*USAGE_KEY, *USAGE_DATA))).order_by(
+            usage.c.session_id, usage.c.branch_id, usage.c.user_turn_number
+        ),
     )
     _swap(names, temp)
     _structure_indexes_0005(names)
