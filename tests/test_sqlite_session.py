@@ -65,10 +65,16 @@ class FileHarness:
 
     async def insert_raw(self, session_id: str, data: str) -> None:
         """Insert a row with plain sqlite3, bypassing the session."""
+        s, m = self.names.sessions, self.names.messages
         with contextlib.closing(sqlite3.connect(self.path)) as conn, conn:
             conn.execute(
-                f"INSERT INTO {self.names.messages} (session_id, message_data) VALUES (?, ?)",
-                (session_id, data),
+                f"UPDATE {s} SET last_position = last_position + 1 WHERE session_id = ?",
+                (session_id,),
+            )
+            conn.execute(
+                f"INSERT INTO {m} (session_id, position, message_data) "
+                f"SELECT session_id, last_position, ? FROM {s} WHERE session_id = ?",
+                (data, session_id),
             )
 
 
@@ -205,13 +211,11 @@ async def test_schema_is_the_sqlalchemy_schema(tmp_path: Path, names: TableNames
         if r[0] in ("table", "index") and not r[1].startswith("sqlite_autoindex_")
     } == {
         *names.tables,
-        names.messages_index,
         f"idx_{names.sessions}_updated_at",
         f"idx_{names.sessions}_expires_at",
         names.version_table,
-        derived["structure_session_index"],
-        derived["structure_branch_index"],
-        derived["structure_message_index"],
+        derived["structure_turn_index"],
+        derived["structure_item_index"],
     }
 
 
@@ -293,6 +297,37 @@ async def test_agents_sdk_sqlite_files_are_shared(tmp_path: Path) -> None:
             assert await ours.get_items() == [msg(0)]
             await ours.add_items([msg(1)])
         assert await sdk.get_items() == [msg(0), msg(1)]
+    finally:
+        sdk.close()
+
+
+async def test_agents_sdk_files_keep_their_id_order(tmp_path: Path) -> None:
+    """The SDK's tables (items keyed by a global id) are used as they are, ordered by that id.
+
+    Appends, pops, a replace and a compaction swap interleaved across two sessions,
+    through ours and the SDK's class alike; nothing is migrated or stamped.
+    """
+    path = tmp_path / "sdk.db"
+    sdk = sdk_memory.SQLiteSession("a", path)
+    try:
+        with SQLiteSession("a", path) as a, SQLiteSession("b", path) as b:
+            for i in range(3):
+                await a.add_items([msg(i)])
+                await b.add_items([msg(10 + i)])
+                await sdk.add_items([msg(20 + i)])
+            assert await a.get_items() == [msg(0), msg(20), msg(1), msg(21), msg(2), msg(22)]
+            assert await a.pop_item() == msg(22)
+            snapshot = await a._get_compaction_snapshot(2)
+            assert snapshot is not None
+            assert snapshot.items == [msg(21), msg(2)]
+            assert await snapshot.replace_suffix(0, [msg(99)])
+            assert await sdk.get_items() == [msg(0), msg(20), msg(1), msg(99)]
+            await b.replace_items([msg(5), msg(6)])
+            assert await b.get_items() == [msg(5), msg(6)]
+        assert not any(
+            "position" in (r[0] or "") for r in query(path, "SELECT sql FROM sqlite_master")
+        )
+        assert "agent_sessions_version" not in _tables(path)
     finally:
         sdk.close()
 
@@ -569,7 +604,8 @@ async def test_invalid_utf8_row_is_a_corrupt_row(db: Path) -> None:
         await s.add_items([msg(0)])
         with contextlib.closing(sqlite3.connect(db)) as conn, conn:
             conn.execute(
-                "INSERT INTO agent_messages (session_id, message_data) VALUES (?, CAST(? AS TEXT))",
+                "INSERT INTO agent_messages (session_id, position, message_data) "
+                "VALUES (?, 2, CAST(? AS TEXT))",
                 ("conv", b'{"a":"\xff\xfe"}'),
             )
         assert await s.get_items() == [msg(0)]
