@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.types import TypeEngine
 
 from agents_memory._databases import database_for
+from agents_memory._migrations._layout import PARTITIONS_KEY, Layout
 from agents_memory._migrations._lock import LockMode, choose, drop_statement
 from agents_memory._migrations._preflight import check_tables
 from agents_memory._migrations._scripts import script_directory
@@ -52,9 +53,14 @@ def compare_type(
     return db.compare_type(context.dialect, inspected_type, metadata_type)
 
 
-def migration_opts(names: TableNames) -> dict[str, Any]:
-    """The context options every front end uses for the lineage of ``names``."""
+def migration_opts(names: TableNames, partitions: int | None = None) -> dict[str, Any]:
+    """The context options every front end uses for the lineage of ``names``.
+
+    ``partitions``: the messages table's hash partitions where a revision builds it
+    (see :func:`wanted_partitions`); ``None``: the plain layout.
+    """
     return {
+        PARTITIONS_KEY: partitions,
         "target_metadata": get_models(names).metadata,
         "version_table": names.version_table,
         "render_as_batch": True,
@@ -95,6 +101,49 @@ def drop_lock_table(connection: Connection, names: TableNames) -> None:
         connection.execute(drop_statement(table))
 
 
+def wanted_partitions(connection: Connection, layout: Layout) -> int | None:
+    """The partitions ``layout`` asks of this database (``None``: plain), or ``ValueError``.
+
+    Only databases with declarative hash partitioning (Postgres) take them; asked
+    for explicitly elsewhere, it is an error before any DDL, while the environment's
+    default leaves other databases plain.
+    """
+    db = database_for(connection.dialect.name)
+    if layout.partitions is None or (not db.hash_partitions and not layout.explicit):
+        return None
+    if not db.hash_partitions:
+        msg = (
+            f"partitions={layout.partitions}: the hash-partitioned messages table is a "
+            f"Postgres layout, and this is {db.label}; leave partitions out here"
+        )
+        raise ValueError(msg)
+    return layout.partitions
+
+
+def check_layout(connection: Connection, names: TableNames, partitions: int | None) -> None:
+    """After the revisions ran: the messages table has the partitions asked for, or ``ValueError``.
+
+    The layout is chosen when revision 0006 builds the table; a database already
+    past it keeps its own. Raised inside the migrating transaction, so on Postgres
+    (transactional DDL) nothing of this run is kept.
+    """
+    if partitions is None:
+        return
+    db = database_for(connection.dialect.name)
+    have = db.partition_count(connection, names.messages)
+    if have == partitions:
+        return
+    built = f"{have} hash partitions" if have else "no partitions (the plain layout)"
+    msg = (
+        f"messages table {names.messages!r} has {built}, not {partitions}: the layout is "
+        "chosen when revision 0006 builds that table, and this database has it already. "
+        "To rebuild it with another layout, keeping every row: "
+        "`agents-memory db downgrade 0005` with the same --url and table options, then "
+        f"`agents-memory db upgrade --partitions {partitions}`"
+    )
+    raise ValueError(msg)
+
+
 def sqlite_foreign_keys_off(connection: Connection) -> contextlib.AbstractContextManager[None]:
     """What a database needs around a table rebuild (SQLite: foreign keys off, then on)."""
     return database_for(connection.dialect.name).rebuild_guard(connection)
@@ -124,6 +173,7 @@ def run_lineage(
     *,
     downgrade: bool = False,
     lock_mode: LockMode = "auto",
+    layout: Layout | None = None,
 ) -> None:
     """Move the lineage of ``names`` to ``revision`` on an open connection, in one transaction.
 
@@ -137,10 +187,12 @@ def run_lineage(
             return script._downgrade_revs(revision, rev)  # noqa: SLF001 - as alembic.command does
         return script._upgrade_revs(revision, rev)  # noqa: SLF001
 
+    partitions = wanted_partitions(connection, layout or Layout())
     ours = not connection.in_transaction()
     with sqlite_foreign_keys_off(connection):
+        opts = migration_opts(names, None if downgrade else partitions)
         context = MigrationContext.configure(
-            connection, opts={**migration_opts(names), "fn": steps, "script": script}
+            connection, opts={**opts, "fn": steps, "script": script}
         )
         with (
             Operations.context(context),
@@ -150,6 +202,8 @@ def run_lineage(
             check_tables(connection, names)  # before the first DDL statement
             carry_on_legacy_lineage(Operations(context), names)
             context.run_migrations()
+            if not downgrade:
+                check_layout(connection, names, partitions)
         if ours and connection.in_transaction():
             # Commit before the guard switches foreign keys back on: SQLite ignores the
             # pragma inside a transaction, and the connection would go back to the pool
