@@ -200,7 +200,7 @@ class SQLiteSession(SessionBase):
         self._path = _database_path(db_path)
         self._sql = lite.compiled(names)
         self._expiry = False
-        """Whether the tables have ``expires_at``: the statements run are that variant."""
+        """Whether the tables are at head (positions, ``expires_at``): which statements run."""
         self._file_lock = _file_lock(self._path)  # held, so every session on the file shares it
         self._write_lock = self._file_lock.lock
         self._guard = threading.Lock()
@@ -372,7 +372,9 @@ class SQLiteSession(SessionBase):
         expires = self._deadline()
         self._write(
             conn,
-            lambda c: lite.replace_body(lite.LiteExecutor(c, sql), sid, data, keyring, expires),
+            lambda c: lite.replace_body(
+                lite.LiteExecutor(c, sql), sid, data, keyring, expires, expiry=self._expiry
+            ),
             sum(map(len, data)),
         )
 

@@ -177,6 +177,9 @@ _ROLES = {
     "structure_session_index": "message structure index on (session_id, branch_id, sequence)",
     "structure_branch_index": "message structure index on (branch_id, session_id, turn)",
     "structure_message_index": "message structure index on message_id",
+    "structure_item_fk": "message structure table's foreign key to the messages table's key",
+    "structure_turn_index": "message structure index on (session_id, branch_id, turn)",
+    "structure_item_index": "message structure index on (session_id, message_position)",
     "turn_usage_pk": "turn usage table's primary key",
     "turn_usage_fk": "turn usage table's foreign key",
     "turn_usage_unique": "turn usage table's unique key (session_id, branch_id, turn)",
@@ -230,6 +233,12 @@ def _advanced_conventions(s: str, m: str) -> dict[str, str]:
         "structure_session_index": ix % {"table_name": structure, "column_0_name": "session_id"},
         "structure_branch_index": ix % {"table_name": structure, "column_0_name": "branch_id"},
         "structure_message_index": ix % {"table_name": structure, "column_0_name": "message_id"},
+        # Revision 0006: every key and index of the structure table leads with session_id;
+        # the convention names an index by its first column, so these two are named here.
+        "structure_item_fk": fk
+        % {"table_name": structure, "column_0_name": "session_id", "referred_table_name": m},
+        "structure_turn_index": ix % {"table_name": structure, "column_0_name": "user_turn_number"},
+        "structure_item_index": ix % {"table_name": structure, "column_0_name": "message_position"},
         "turn_usage_pk": NAMING_CONVENTION["pk"] % {"table_name": usage},
         "turn_usage_fk": fk
         % {"table_name": usage, "column_0_name": "session_id", "referred_table_name": s},
@@ -237,6 +246,14 @@ def _advanced_conventions(s: str, m: str) -> dict[str, str]:
         % {"table_name": usage, "column_0_name": "session_id"},
         "branches_pk": NAMING_CONVENTION["pk"] % {"table_name": branches},
     }
+
+
+def advanced_conventions(names: TableNames) -> dict[str, str]:
+    """The advanced tables' constraint and index names before shortening (for the models).
+
+    SQLAlchemy shortens them per database as it does convention names (``conv``).
+    """
+    return _advanced_conventions(names.sessions, names.messages)
 
 
 def _derived_names(sessions: str, messages: str, database: str) -> dict[str, str]:

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     MetaData,
@@ -27,18 +28,19 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.schema import conv
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from agents_memory._ids import SESSION_ID_MAX_LENGTH
-from agents_memory._tables import NAMING_CONVENTION, TableNames
+from agents_memory._tables import NAMING_CONVENTION, TableNames, advanced_conventions
 
-REVISION = "0005"
+REVISION = "0006"
 """The Alembic revision these models describe: the newest in ``alembic/versions/``.
 
 The stdlib ``SQLiteSession`` creates a fresh file from the models and stamps it
@@ -121,13 +123,14 @@ def _build(names_: TableNames) -> Models:
     class Base(DeclarativeBase):
         metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
-    # Integer (not BigInteger) on SQLite: only "INTEGER PRIMARY KEY" is the rowid alias.
-    id_type = BigInteger().with_variant(Integer(), "sqlite")
+    derived = advanced_conventions(names_)
 
     class Session(Base):
         """One conversation; its row exists while the conversation has been written to."""
 
         __tablename__ = names_.sessions
+        # The only indexes not led by session_id: listings sort every session by these
+        # (and fan out across shards anyway); neither is unique.
         __table_args__ = (Index(None, "updated_at"), Index(None, "expires_at"), MYSQL_TABLE_OPTIONS)
 
         session_id: Mapped[str] = mapped_column(String(SESSION_ID_MAX_LENGTH), primary_key=True)
@@ -143,28 +146,40 @@ def _build(names_: TableNames) -> Models:
         """Free-form JSON tags (column ``metadata``; the attribute name is SQLAlchemy's own)."""
         expires_at: Mapped[dt.datetime | None] = mapped_column(TIMESTAMP_TYPE, nullable=True)
         """When the session expires (naive UTC); ``NULL``: never. Expired reads as empty."""
+        last_position: Mapped[int] = mapped_column(
+            BigInteger(), server_default=text("0"), nullable=False
+        )
+        """The highest item position ever handed out in this session (revision 0006).
+
+        Every writer of items bumps it under the session row's lock (its upsert) and
+        numbers its items up to it, so positions are unique, contiguous per batch and
+        ordered without any sequence shared across sessions (what sharded engines lack).
+        It never decreases while the row lives: a position is never handed out twice.
+        """
         messages: Mapped[list[Message]] = relationship(  # type: ignore[valid-type]
             back_populates="session",
-            order_by=lambda: Message.id,
+            order_by=lambda: Message.position,
             cascade="all, delete-orphan",
             passive_deletes=True,
         )
 
     class Message(Base):
-        """One stored item, its JSON text kept exactly as written."""
+        """One stored item, its JSON text kept exactly as written.
+
+        Keyed by ``(session_id, position)``: the position is the item's place in its
+        session (from the session row's ``last_position``), so every key leads with
+        the session id, the shard key of a distributed engine.
+        """
 
         __tablename__ = names_.messages
-        __table_args__ = (
-            Index(None, "session_id", "id"),
-            {"sqlite_autoincrement": True, **MYSQL_TABLE_OPTIONS},
-        )
+        __table_args__ = (PrimaryKeyConstraint("session_id", "position"), MYSQL_TABLE_OPTIONS)
 
-        id: Mapped[int] = mapped_column(id_type, primary_key=True, autoincrement=True)
         session_id: Mapped[str] = mapped_column(
             String(SESSION_ID_MAX_LENGTH),
             ForeignKey(f"{names_.sessions}.session_id", ondelete="CASCADE"),
             nullable=False,
         )
+        position: Mapped[int] = mapped_column(BigInteger(), nullable=False, autoincrement=False)
         message_data: Mapped[str] = mapped_column(MESSAGE_DATA_TYPE, nullable=False)
         created_at: Mapped[dt.datetime] = mapped_column(
             TIMESTAMP_TYPE, server_default=current_timestamp(), nullable=False
@@ -180,21 +195,28 @@ def _build(names_: TableNames) -> Models:
 
         __tablename__ = names_.structure
         __table_args__ = (
-            Index(None, "session_id", "branch_id", "sequence_number"),
-            Index(None, "branch_id", "session_id", "user_turn_number"),
-            Index(None, "message_id"),
-            {"sqlite_autoincrement": True, **MYSQL_TABLE_OPTIONS},
+            # Sequence numbers are unique in a session (each write takes the session's
+            # max + 1 under its lock), so the natural key needs no surrogate id.
+            PrimaryKeyConstraint("session_id", "branch_id", "sequence_number"),
+            ForeignKeyConstraint(
+                ["session_id", "message_position"],
+                [f"{names_.messages}.session_id", f"{names_.messages}.position"],
+                ondelete="CASCADE",
+            ),
+            Index(
+                conv(derived["structure_turn_index"]), "session_id", "branch_id", "user_turn_number"
+            ),
+            Index(conv(derived["structure_item_index"]), "session_id", "message_position"),
+            MYSQL_TABLE_OPTIONS,
         )
 
-        id: Mapped[int] = mapped_column(id_type, primary_key=True, autoincrement=True)
         session_id: Mapped[str] = mapped_column(
             String(SESSION_ID_MAX_LENGTH),
             ForeignKey(f"{names_.sessions}.session_id", ondelete="CASCADE"),
             nullable=False,
         )
-        message_id: Mapped[int] = mapped_column(
-            id_type, ForeignKey(f"{names_.messages}.id", ondelete="CASCADE"), nullable=False
-        )
+        message_position: Mapped[int] = mapped_column(BigInteger(), nullable=False)
+        """The item's ``position`` in the session (with ``session_id``, its key)."""
         branch_id: Mapped[str] = mapped_column(String(BRANCH_ID_MAX_LENGTH), nullable=False)
         message_type: Mapped[str] = mapped_column(Text(), nullable=False)
         sequence_number: Mapped[int] = mapped_column(BigInteger(), nullable=False)
@@ -210,18 +232,19 @@ def _build(names_: TableNames) -> Models:
 
         __tablename__ = names_.turn_usage
         __table_args__ = (
-            UniqueConstraint("session_id", "branch_id", "user_turn_number"),
-            {"sqlite_autoincrement": True, **MYSQL_TABLE_OPTIONS},
+            PrimaryKeyConstraint("session_id", "branch_id", "user_turn_number"),
+            MYSQL_TABLE_OPTIONS,
         )
 
-        id: Mapped[int] = mapped_column(id_type, primary_key=True, autoincrement=True)
         session_id: Mapped[str] = mapped_column(
             String(SESSION_ID_MAX_LENGTH),
             ForeignKey(f"{names_.sessions}.session_id", ondelete="CASCADE"),
             nullable=False,
         )
         branch_id: Mapped[str] = mapped_column(String(BRANCH_ID_MAX_LENGTH), nullable=False)
-        user_turn_number: Mapped[int] = mapped_column(Integer(), nullable=False)
+        user_turn_number: Mapped[int] = mapped_column(
+            Integer(), nullable=False, autoincrement=False
+        )
         requests: Mapped[int] = mapped_column(BigInteger(), nullable=False, default=0)
         input_tokens: Mapped[int] = mapped_column(BigInteger(), nullable=False, default=0)
         output_tokens: Mapped[int] = mapped_column(BigInteger(), nullable=False, default=0)
@@ -269,6 +292,38 @@ Message = _default.Message
 metadata = _default.metadata
 
 __all__ = ["NAMING_CONVENTION", "Message", "Models", "Session", "get_models", "metadata"]
+
+
+@functools.lru_cache(maxsize=256)
+def legacy_tables(names: TableNames) -> tuple[Table, Table]:
+    """``(sessions, messages)`` as the Agents SDK (and the seed) create them: items keyed by ``id``.
+
+    Tables used without migrating (no version table) keep this shape and their
+    global auto-increment order; the legacy statements (``Database.statements``
+    with ``head=False``) are built on these, the head's on :func:`get_models`.
+    """
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    sessions = Table(
+        names.sessions,
+        metadata,
+        Column("session_id", String(SESSION_ID_MAX_LENGTH), primary_key=True),
+        Column("created_at", TIMESTAMP_TYPE, server_default=current_timestamp(), nullable=False),
+        Column("updated_at", TIMESTAMP_TYPE, server_default=current_timestamp(), nullable=False),
+    )
+    messages = Table(
+        names.messages,
+        metadata,
+        Column("id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True),
+        Column(
+            "session_id",
+            String(SESSION_ID_MAX_LENGTH),
+            ForeignKey(sessions.c.session_id, ondelete="CASCADE"),
+            nullable=False,
+        ),
+        Column("message_data", MESSAGE_DATA_TYPE, nullable=False),
+        Column("created_at", TIMESTAMP_TYPE, server_default=current_timestamp(), nullable=False),
+    )
+    return sessions, messages
 
 
 @functools.lru_cache(maxsize=256)

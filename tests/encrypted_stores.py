@@ -27,4 +27,9 @@ async def stored(engine: AsyncEngine, names: TableNames) -> list[str]:
     """Every ``message_data`` as stored (envelopes unopened), in id order."""
     m = get_models(names).Message.__table__
     async with engine.connect() as conn:
-        return [str(r[0]) for r in await conn.execute(select(m.c.message_data).order_by(m.c.id))]
+        return [
+            str(r[0])
+            for r in await conn.execute(
+                select(m.c.message_data).order_by(m.c.session_id, m.c.position)
+            )
+        ]

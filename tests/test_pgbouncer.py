@@ -78,7 +78,7 @@ async def stored_items(engine: AsyncEngine, names: TableNames, session_id: str) 
         rows = await conn.execute(
             select(messages.c.message_data)
             .where(messages.c.session_id == session_id)
-            .order_by(messages.c.id)
+            .order_by(messages.c.position)
         )
         return [json.loads(data) for (data,) in rows]
 

@@ -65,10 +65,16 @@ class FileHarness:
 
     async def insert_raw(self, session_id: str, data: str) -> None:
         """Insert a row with plain sqlite3, bypassing the session."""
+        s, m = self.names.sessions, self.names.messages
         with contextlib.closing(sqlite3.connect(self.path)) as conn, conn:
             conn.execute(
-                f"INSERT INTO {self.names.messages} (session_id, message_data) VALUES (?, ?)",
-                (session_id, data),
+                f"UPDATE {s} SET last_position = last_position + 1 WHERE session_id = ?",
+                (session_id,),
+            )
+            conn.execute(
+                f"INSERT INTO {m} (session_id, position, message_data) "
+                f"SELECT session_id, last_position, ? FROM {s} WHERE session_id = ?",
+                (data, session_id),
             )
 
 
@@ -205,13 +211,11 @@ async def test_schema_is_the_sqlalchemy_schema(tmp_path: Path, names: TableNames
         if r[0] in ("table", "index") and not r[1].startswith("sqlite_autoindex_")
     } == {
         *names.tables,
-        names.messages_index,
         f"idx_{names.sessions}_updated_at",
         f"idx_{names.sessions}_expires_at",
         names.version_table,
-        derived["structure_session_index"],
-        derived["structure_branch_index"],
-        derived["structure_message_index"],
+        derived["structure_turn_index"],
+        derived["structure_item_index"],
     }
 
 
@@ -569,7 +573,8 @@ async def test_invalid_utf8_row_is_a_corrupt_row(db: Path) -> None:
         await s.add_items([msg(0)])
         with contextlib.closing(sqlite3.connect(db)) as conn, conn:
             conn.execute(
-                "INSERT INTO agent_messages (session_id, message_data) VALUES (?, CAST(? AS TEXT))",
+                "INSERT INTO agent_messages (session_id, position, message_data) "
+                "VALUES (?, 2, CAST(? AS TEXT))",
                 ("conv", b'{"a":"\xff\xfe"}'),
             )
         assert await s.get_items() == [msg(0)]

@@ -3,9 +3,10 @@
 The items cross first (:mod:`agents_memory._admin._transfer`); then, for each
 source session holding structure, usage or branch-name rows, one transaction on
 the target replaces that session's rows with the source's. A structure row
-names its item by id, and ids differ between the databases: the k-th item of
-the source session is the k-th of the target (a copy keeps the order), so
-items are matched by rank, as ``store.fork`` matches them in SQL.
+names its item by position, and positions may differ between the databases (a
+popped item leaves a gap the copy closes, a resumed copy appends after the
+target's counter): the k-th item of the source session is the k-th of the target
+(a copy keeps the order), so items are matched by rank.
 
 That match holds only when the target session holds exactly as many items as
 the source: a session copied whole (new, ``resume``d or ``replace``d). One that
@@ -75,20 +76,22 @@ async def _read(src: Backend, t: _Tables, sid: str) -> dict[str, Sequence[Any]]:
     async with src.reading() as conn:
         return {
             "ids": (
-                await conn.execute(select(m.id).where(m.session_id == sid).order_by(m.id))
+                await conn.execute(
+                    select(m.position).where(m.session_id == sid).order_by(m.position)
+                )
             ).all(),
             "structure": (
                 await conn.execute(
-                    select(s.message_id, s.created_at, *(s[c] for c in _STRUCTURE))
+                    select(s.message_position, s.created_at, *(s[c] for c in _STRUCTURE))
                     .where(s.session_id == sid)
-                    .order_by(s.id)
+                    .order_by(s.branch_id, s.sequence_number)
                 )
             ).all(),
             "usage": (
                 await conn.execute(
                     select(u.created_at, *(u[c] for c in _USAGE))
                     .where(u.session_id == sid)
-                    .order_by(u.id)
+                    .order_by(u.branch_id, u.user_turn_number)
                 )
             ).all(),
             "branches": (
@@ -113,7 +116,9 @@ async def _write(dst: Backend, t: _Tables, sid: str, rows: dict[str, Sequence[An
         target_ids = [
             int(i)
             for i in (
-                await conn.execute(select(m.id).where(m.session_id == sid).order_by(m.id))
+                await conn.execute(
+                    select(m.position).where(m.session_id == sid).order_by(m.position)
+                )
             ).scalars()
         ]
         if len(target_ids) != len(source_ids):
@@ -124,7 +129,7 @@ async def _write(dst: Backend, t: _Tables, sid: str, rows: dict[str, Sequence[An
         structure = [
             {
                 "session_id": sid,
-                "message_id": to_target[int(r[0])],
+                "message_position": to_target[int(r[0])],
                 "b_created": stamp(r[1]),
                 **dict(zip(_STRUCTURE, r[2:], strict=True)),
             }

@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
     Executable,
     Table,
@@ -53,12 +54,13 @@ from agents_memory._codec import OnCorrupt
 from agents_memory._crypto import ENVELOPE_MARK, Keyring, check_deletable
 from agents_memory._errors import SessionNotFoundError, TurnNotFoundError
 from agents_memory._tables import TableNames
-from agents_memory.models import get_models
+from agents_memory.models import get_models, legacy_tables
 
 T = TypeVar("T")
 
 Row = Sequence[Any]
-"""``(id, message_data)`` as a runner returns it (a driver row or a SQLAlchemy ``Row``)."""
+"""``(position, message_data)`` (legacy tables: ``(id, message_data)``) as a runner returns it
+(a driver row or a SQLAlchemy ``Row``)."""
 
 MetadataFilterValue = str | int | float | bool
 
@@ -79,9 +81,10 @@ class Statements:
     sessions: Table
     messages: Table
     upsert_session: Executable
-    """Create the session row or bump its ``updated_at`` (``sid``)."""
+    """Create the session row or bump its ``updated_at`` (``sid``); at head it also bumps
+    ``last_position`` by ``n`` (the batch's size) and, where the database can, returns it."""
     insert_message: Executable
-    """One item row; run with many parameter sets (``sid``, ``data``)."""
+    """One item row; run with many parameter sets (``sid``, ``data``, at head ``pos``)."""
     select_all: Executable
     """Every ``(id, message_data)`` oldest first (``sid``)."""
     select_latest: Executable
@@ -142,6 +145,9 @@ class Statements:
     select_latest_locked: Executable | None = None
     """``select_latest`` locking its rows (``FOR UPDATE`` where the database has it): what a
     compaction swap compares its suffix with, under the session's write lock."""
+    read_counter: Executable | None = None
+    """Head: the session row's ``last_position`` (``sid``), read by a writer holding its lock
+    where the upsert cannot return it (MySQL) and by the advanced sessions."""
     lock_session: Executable | None = None
     """Postgres, MySQL: ``SELECT … FOR UPDATE`` of the session row, a checked clear's first step.
 
@@ -172,10 +178,11 @@ def heads_where(messages: Table, where: ColumnElement[bool]) -> Executable:
     Every delete of items (a clear, a replace, a prune's batch) checks these first.
     """
     data = messages.c.message_data
+    key = order_key(messages)
     return (
-        select(messages.c.id, func.substr(data, 1, HEAD_CHARS))
+        select(key, func.substr(data, 1, HEAD_CHARS))
         .where(where, func.substr(data, 1, 2) == ENVELOPE_MARK)
-        .order_by(messages.c.id)
+        .order_by(messages.c.session_id, key)
     )
 
 
@@ -188,6 +195,11 @@ def check_heads(rows: Sequence[Row], keyring: Keyring | None) -> None:
 def sid_param(sessions: Table) -> Any:  # noqa: ANN401 - a BindParameter
     """The ``sid`` bind parameter, typed as the session id column."""
     return bindparam("sid", type_=sessions.c.session_id.type)
+
+
+def counted() -> Any:  # noqa: ANN401 - a BindParameter
+    """The ``n`` bind parameter of a head upsert: how many positions the write takes."""
+    return bindparam("n", type_=BigInteger())
 
 
 def expires_param(type_: Any) -> Any:  # noqa: ANN401 - a BindParameter
@@ -230,6 +242,53 @@ def expired_probe(sessions: Table, sid: Any, clock: ColumnElement[Any]) -> Execu
     return select(expired(sessions, clock)).where(sessions.c.session_id == sid)
 
 
+def order_key(messages: Table) -> Any:  # noqa: ANN401 - a Column
+    """The column that orders a session's items: ``position`` at head, ``id`` on legacy tables.
+
+    Every read, pop and keyset filters by ``session_id`` too, so at head nothing
+    orders by a sequence shared across sessions.
+    """
+    return messages.c.position if "position" in messages.c else messages.c.id
+
+
+def tables_for(names: TableNames, head: bool) -> tuple[Table, Table]:
+    """``(sessions, messages)``: the models' at head, else the legacy shape (``id``-keyed items)."""
+    if head:
+        models = get_models(names)
+        return models.Session.__table__, models.Message.__table__
+    return legacy_tables(names)
+
+
+def numbered(
+    sid: str, data: Sequence[str], top: int, extra: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """``insert_message``'s parameter sets: ``data`` at positions ``top - len(data) + 1 … top``.
+
+    ``top`` is the session's ``last_position`` after the write's upsert bumped it by
+    ``len(data)`` under the session row's lock, so the batch is contiguous and no
+    other writer can hold any of its positions.
+    """
+    first = top - len(data) + 1
+    more = dict(extra or {})
+    return [{"sid": sid, "data": d, "pos": first + i, **more} for i, d in enumerate(data)]
+
+
+async def upsert_counting(conn: AsyncConnection, st: Statements, params: Mapping[str, Any]) -> int:
+    """Run ``st.upsert_session`` (bumping ``last_position`` by ``params["n"]``); the counter after.
+
+    For writes through SQLAlchemy (compaction, advanced sessions, bulk copies), under
+    the lock the upsert takes: its ``RETURNING`` where the database has one, else
+    ``read_counter`` (the row this transaction just locked and changed). On legacy
+    tables (no counter) ``n``: their inserts take ids from their own sequence.
+    """
+    result = await conn.execute(st.upsert_session, dict(params))
+    if result.returns_rows:
+        return int(result.scalar_one())
+    if st.read_counter is None:
+        return int(params["n"])
+    return int((await conn.execute(st.read_counter, {"sid": params["sid"]})).scalar_one())
+
+
 def portable_statements(
     names: TableNames,
     *,
@@ -249,80 +308,93 @@ def portable_statements(
     is not a JSON object), so a fork finds where a turn starts without reading the
     items into Python. ``item_time`` stamps each item where the column default will
     not do (SQLite's keeps whole seconds); left out, the insert is plain
-    ``VALUES (?, ?)``, which drivers turn into one multi-row statement (asyncmy's
+    ``VALUES (?, ?, ?)``, which drivers turn into one multi-row statement (asyncmy's
     ``executemany``). ``returning``: whether the database has ``INSERT … RETURNING``.
 
-    ``clock`` (the UTC time deadlines are compared with) builds the expiry
-    variant, for tables that have ``expires_at``: reads, pops and forks of an
-    expired session see nothing, and ``drop_expired`` is there for a write to
-    start it afresh; a fork's new row takes the ``expires`` parameter (typed
-    ``expires_type``: the store's deadline, or ``None``). Without it, the plain
-    statements (tables created by the Agents SDK or the seed, never migrated).
+    ``clock`` (the UTC time deadlines are compared with) builds the head variant,
+    for tables at head: items keyed by ``(session_id, position)`` (``insert_message``
+    takes ``pos``, see :func:`numbered`), reads, pops and forks of an expired
+    session see nothing, and ``drop_expired`` is there for a write to start it
+    afresh; a fork's new row takes the ``expires`` parameter (typed
+    ``expires_type``: the store's deadline, or ``None``). Without it, the legacy
+    statements (tables created by the Agents SDK or the seed, never migrated:
+    ordered by their ``id``, no expiry).
     """
-    models = get_models(names)
-    sessions: Table = models.Session.__table__
-    messages: Table = models.Message.__table__
+    head = clock is not None
+    sessions, messages = tables_for(names, head)
+    key = order_key(messages)
     sid = sid_param(sessions)
-    cols = (messages.c.id, messages.c.message_data)
+    cols = (key, messages.c.message_data)
     every = messages.c.session_id == sid
     mine = every if clock is None else and_(every, live(sessions, sid, clock))
-    newest = select(*cols).where(mine).order_by(messages.c.id.desc())
+    newest = select(*cols).where(mine).order_by(key.desc())
     new = bindparam("new", type_=sessions.c.session_id.type)
     source = sessions.c.session_id == sid
     if clock is not None:
         source = and_(source, live(sessions, sid, clock))  # (not ~expired: NULL is live)
-    copied = [new, sessions.c["metadata"], now.label("c"), now.label("u")]
-    columns = ["session_id", "metadata", "created_at", "updated_at"]
+    copied = [new, now.label("c"), now.label("u")]
+    columns = ["session_id", "created_at", "updated_at"]
+    item_columns = ["session_id", "message_data", "created_at"]
+    item_values = [new, messages.c.message_data, messages.c.created_at]
+    values: dict[str, Any] = {"session_id": bindparam("sid"), "message_data": bindparam("data")}
+    fork_structure = fork_usage = fork_branches = None
     if clock is not None:
         kind = sessions.c.expires_at.type if expires_type is None else expires_type
-        copied.append(expires_param(kind).label("e"))
-        columns.append("expires_at")
+        # The fork keeps each item's position, so its counter starts where the source's is.
+        copied += [
+            sessions.c["metadata"],
+            expires_param(kind).label("e"),
+            sessions.c.last_position,
+        ]
+        columns += ["metadata", "expires_at", "last_position"]
+        item_columns.append("position")
+        item_values.append(messages.c.position)
+        values["position"] = bindparam("pos", type_=messages.c.position.type)
+        fork_structure, fork_usage, fork_branches = _fork_advanced(get_models(names), sid, new)
     fork_session: Any = insert(sessions).from_select(columns, select(*copied).where(source))
     if returning:
         fork_session = fork_session.returning(sessions.c.session_id)
-    fork_structure, fork_usage, fork_branches = _fork_advanced(models, sid, new)
+    if item_time is not None:
+        values["created_at"] = item_time
     return Statements(
         sessions=sessions,
         messages=messages,
         upsert_session=upsert_session(sessions, sid, now),
-        insert_message=insert(messages).values(
-            session_id=bindparam("sid"),
-            message_data=bindparam("data"),
-            **({} if item_time is None else {"created_at": item_time}),
-        ),
-        select_all=select(*cols).where(mine).order_by(messages.c.id),
+        insert_message=insert(messages).values(**values),
+        select_all=select(*cols).where(mine).order_by(key),
         select_latest=newest.limit(bindparam("n")),
         select_latest_locked=newest.limit(bindparam("n")).with_for_update(),
         select_after=select(*cols)
-        .where(mine, messages.c.id > bindparam("after"))
-        .order_by(messages.c.id)
+        .where(mine, key > bindparam("after"))
+        .order_by(key)
         .limit(bindparam("n")),
-        select_older=newest.where(messages.c.id < bindparam("before")).limit(bindparam("n")),
+        select_older=newest.where(key < bindparam("before")).limit(bindparam("n")),
         pop=delete(messages)
-        .where(messages.c.id == newest.with_only_columns(messages.c.id).limit(1).scalar_subquery())
+        .where(every, key == newest.with_only_columns(key).limit(1).scalar_subquery())
         .returning(*cols),
-        delete_row=delete(messages).where(messages.c.id == bindparam("id")),
+        delete_row=delete(messages).where(every, key == bindparam("id")),
         delete_messages=delete(messages).where(every),
         delete_session=delete(sessions)
         .where(sessions.c.session_id == sid)
         .returning(sessions.c.session_id),
         fork_session=fork_session,
-        fork_cut=select(messages.c.id)
+        fork_cut=select(key)
         .where(mine, role_of(messages.c.message_data) == "user")
-        .order_by(messages.c.id)
+        .order_by(key)
         .limit(1)
         .offset(bindparam("skip")),
         fork_items=insert(messages).from_select(
-            ["session_id", "message_data", "created_at"],
-            select(new, messages.c.message_data, messages.c.created_at)
-            .where(mine, messages.c.id < bindparam("cut", type_=messages.c.id.type))
-            .order_by(messages.c.id),
+            item_columns,
+            select(*item_values).where(mine, key < bindparam("cut", type_=key.type)).order_by(key),
         ),
         select_heads=envelope_heads(messages, sid),
         drop_expired=None
         if clock is None
         else delete(messages).where(every, ~live(sessions, sid, clock)),
         select_expired=None if clock is None else expired_probe(sessions, sid, clock),
+        read_counter=None
+        if clock is None
+        else select(sessions.c.last_position).where(sessions.c.session_id == sid),
         fork_structure=fork_structure,
         fork_usage=fork_usage,
         fork_branches=fork_branches,
@@ -332,35 +404,33 @@ def portable_statements(
 def _fork_advanced(models: Any, sid: Any, new: Any) -> tuple[Executable, Executable, Executable]:  # noqa: ANN401
     """A fork's copies of what advanced sessions keep beside the items, all ``INSERT … SELECT``.
 
-    The copied items got new ids in the same order (``fork_items`` inserts them
-    ordered by id), so the k-th item of the source (below the cut) is the k-th
-    of the fork: the structure rows are matched by that rank (``ROW_NUMBER``).
-    Usage goes with each (branch, turn) the fork holds a structure row of; every
-    branch name the source used stays reserved in the fork.
+    The copied items keep their positions (``fork_items``), so the structure rows
+    of those below the cut are copied as they are, pointing at the same positions
+    in the fork. Usage goes with each (branch, turn) the fork holds a structure
+    row of; every branch name the source used stays reserved in the fork.
     """
     messages, structure = models.Message.__table__, models.Structure.__table__
     usage, branches = models.TurnUsage.__table__, models.Branch.__table__
-    cut = bindparam("cut", type_=messages.c.id.type)
-    rank = func.row_number().over(order_by=messages.c.id).label("rn")
-    old = (
-        select(messages.c.id, rank)
-        .where(messages.c.session_id == sid, messages.c.id < cut)
-        .subquery("old")
-    )
-    fresh = select(messages.c.id, rank).where(messages.c.session_id == new).subquery("fresh")
+    cut = bindparam("cut", type_=messages.c.position.type)
     s = structure.c
-    columns = ["message_type", "sequence_number", "user_turn_number", "branch_turn_number"]
+    columns = [
+        "message_position",
+        "branch_id",
+        "message_type",
+        "sequence_number",
+        "user_turn_number",
+        "branch_turn_number",
+        "tool_name",
+        "created_at",
+    ]
     copy_structure = insert(structure).from_select(
-        ["session_id", "message_id", "branch_id", *columns, "tool_name", "created_at"],
-        select(new, fresh.c.id, s.branch_id, *(s[c] for c in columns), s.tool_name, s.created_at)
-        .select_from(structure)
-        .join(old, old.c.id == s.message_id)
-        .join(fresh, fresh.c.rn == old.c.rn)
-        .where(s.session_id == sid)
-        .order_by(s.id),
+        ["session_id", *columns],
+        select(new, *(s[c] for c in columns))
+        .where(s.session_id == sid, s.message_position < cut)
+        .order_by(s.branch_id, s.sequence_number),
     )
     u = usage.c
-    held = select(s.id).where(
+    held = select(s.sequence_number).where(
         s.session_id == new, s.branch_id == u.branch_id, s.user_turn_number == u.user_turn_number
     )
     counts = [
@@ -377,7 +447,7 @@ def _fork_advanced(models: Any, sid: Any, new: Any) -> tuple[Executable, Executa
         ["session_id", "branch_id", *counts],
         select(new, u.branch_id, *(u[c] for c in counts))
         .where(u.session_id == sid, exists(held))
-        .order_by(u.id),
+        .order_by(u.branch_id, u.user_turn_number),
     )
     b = branches.c
     copy_branches = insert(branches).from_select(
@@ -662,7 +732,7 @@ class Operations(Protocol):
 
 
 NO_CUT = 2**63 - 1
-"""The ``cut`` of a fork that copies every item (no id reaches it)."""
+"""The ``cut`` of a fork that copies every item (no position or id reaches it)."""
 
 
 def _no_source(session_id: str) -> SessionNotFoundError:
@@ -688,12 +758,15 @@ async def fork_body(
     returning: bool,
     share_source: bool = False,
     expires: object = None,
+    advanced: bool = True,
 ) -> None:
     """A fork on a server, one transaction (the caller's): the session row, the cut, the items.
 
     The new row is an ``INSERT … SELECT`` of the source's: none inserted means no
     source; a target that exists fails on the primary key (the race of two forks
     to one target is the key's to settle: the second waits for the first, then fails).
+    ``advanced``: copy the advanced sessions' rows too (tables at head; legacy tables
+    have none).
     """
     params = {"sid": session_id, "new": new_session_id, "expires": expires}
     if share_source:
@@ -711,9 +784,10 @@ async def fork_body(
             raise _no_turn(session_id, skip)
         cut = int(rows[0][0])
     await ex.run("fork_items", {**params, "cut": cut})
-    await ex.run("fork_structure", {**params, "cut": cut})
-    await ex.run("fork_usage", params)
-    await ex.run("fork_branches", params)
+    if advanced:
+        await ex.run("fork_structure", {**params, "cut": cut})
+        await ex.run("fork_usage", params)
+        await ex.run("fork_branches", params)
 
 
 def fork_body_sync(  # noqa: PLR0917 - fork_body's arguments, and the clock
@@ -723,6 +797,8 @@ def fork_body_sync(  # noqa: PLR0917 - fork_body's arguments, and the clock
     skip: int | None,
     now: str,
     expires: object = None,
+    *,
+    advanced: bool = True,
 ) -> None:
     """:func:`fork_body` on a thread (SQLite: ``RETURNING``, and the client clock ``now``)."""
     params = {"sid": session_id, "new": new_session_id, "now": now, "expires": expires}
@@ -735,9 +811,10 @@ def fork_body_sync(  # noqa: PLR0917 - fork_body's arguments, and the clock
             raise _no_turn(session_id, skip)
         cut = int(rows[0][0])
     ex.run("fork_items", {**params, "cut": cut})
-    ex.run("fork_structure", {**params, "cut": cut})
-    ex.run("fork_usage", params)
-    ex.run("fork_branches", params)
+    if advanced:
+        ex.run("fork_structure", {**params, "cut": cut})
+        ex.run("fork_usage", params)
+        ex.run("fork_branches", params)
 
 
 class RowReads:

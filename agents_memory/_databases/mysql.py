@@ -70,11 +70,14 @@ from agents_memory._databases.base import (
     Statements,
     check_heads,
     compile_all,
+    counted,
     expired,
     expires_param,
     fork_body,
     live,
+    numbered,
     observed,
+    order_key,
     portable_statements,
     sid_param,
     wrap_driver_error,
@@ -112,21 +115,27 @@ UTC_CLOCK: ColumnElement[Any] = func.utc_timestamp(literal_column("6"))
 
 
 def _upsert_unless_expired(sessions: Table, sid: Any, now: ColumnElement[Any]) -> Executable:  # noqa: ANN401
-    """The expiry variant's upsert: a live row is touched and its deadline renewed.
+    """The head variant's upsert: a live row is touched, renewed and its counter moved.
+
+    Its ``last_position`` is bumped by ``n`` (read next with ``read_counter``, under
+    this lock).
 
     An expired row is locked but left as it is (so the affected-row count is not
     2, "updated"): the append then starts it afresh (``drop_expired``,
-    ``restart_session``) while holding that lock. The assignments read only
+    ``restart_session``, which bumps the counter) while holding that lock. The assignments read only
     ``expires_at``, which is assigned last (MySQL applies them left to right).
     """
     expires = expires_param(sessions.c.expires_at.type)
     gone = expired(sessions, UTC_CLOCK)
+    n = counted()
+    last = sessions.c.last_position
     return (
         mysql.insert(sessions)
-        .values(session_id=sid, expires_at=expires)
+        .values(session_id=sid, expires_at=expires, last_position=n)
         .on_duplicate_key_update(
             [
                 ("updated_at", case((gone, sessions.c.updated_at), else_=now)),
+                ("last_position", case((gone, last), else_=last + n)),
                 (
                     "expires_at",
                     case(
@@ -380,12 +389,16 @@ class Operations(RowReads):
         expiry = self._expiry
 
         async def body(ex: Executor) -> None:
-            params = {"sid": session_id, "expires": expires}
+            params = {"sid": session_id, "expires": expires, "n": len(data)}
             touched = await ex.run("upsert_session", params)
-            if expiry and touched != _UPDATED:  # a new row, or an expired one (locked)
+            if not expiry:
+                await ex.runmany("insert_message", [{"sid": session_id, "data": d} for d in data])
+                return
+            if touched != _UPDATED:  # a new row, or an expired one (locked)
                 await ex.run("drop_expired", params)
                 await ex.run("restart_session", params)
-            await ex.runmany("insert_message", [{"sid": session_id, "data": d} for d in data])
+            top = await ex.rows("read_counter", params)  # (the row this transaction holds)
+            await ex.runmany("insert_message", numbered(session_id, data, int(top[0][0])))
 
         await self._runner.write(body)
 
@@ -404,7 +417,7 @@ class Operations(RowReads):
             # Decoded (and decrypted) before the delete: one that cannot be read raises,
             # the transaction rolls back, and the row stays.
             item = decode_row(rows[0][1], row_id=rows[0][0], on_corrupt=on_corrupt, keyring=keyring)
-            await ex.run("delete_row", {"id": rows[0][0]})
+            await ex.run("delete_row", {"sid": session_id, "id": rows[0][0]})
             return True, item
 
         while True:
@@ -444,14 +457,19 @@ class Operations(RowReads):
         expiry = self._expiry
 
         async def body(ex: Executor) -> None:
-            params = {"sid": session_id, "expires": expires}
+            params = {"sid": session_id, "expires": expires, "n": len(data)}
             touched = await ex.run("upsert_session", params)
             if expiry and touched != _UPDATED:  # (its items all go below anyway)
                 await ex.run("restart_session", params)
             # as a clear does: nothing is deleted that the keyring could not open
             check_heads(await ex.rows("select_heads", {"sid": session_id}), self._keyring)
             await ex.run("delete_messages", {"sid": session_id})
-            if data:
+            if not data:
+                return
+            if expiry:
+                top = int((await ex.rows("read_counter", params))[0][0])
+                await ex.runmany("insert_message", numbered(session_id, data, top))
+            else:
                 await ex.runmany("insert_message", [{"sid": session_id, "data": d} for d in data])
 
         await self._runner.write(body)
@@ -461,7 +479,13 @@ class Operations(RowReads):
     ) -> None:
         await self._runner.write(
             lambda ex: fork_body(
-                ex, session_id, new_session_id, skip, returning=False, expires=expires
+                ex,
+                session_id,
+                new_session_id,
+                skip,
+                returning=False,
+                expires=expires,
+                advanced=self._expiry,
             )
         )
 
@@ -511,10 +535,11 @@ class MySQL(Database):
         sessions, messages = base.sessions, base.messages
         sid = sid_param(sessions)
         mine = messages.c.session_id == sid
+        key = order_key(messages)
         newest = (
-            select(messages.c.id, messages.c.message_data)
+            select(key, messages.c.message_data)
             .where(mine if not expiry else and_(mine, live(sessions, sid, UTC_CLOCK)))
-            .order_by(messages.c.id.desc())
+            .order_by(key.desc())
             .limit(1)
             .with_for_update()
         )
@@ -531,7 +556,11 @@ class MySQL(Database):
             fields["restart_session"] = (
                 update(sessions)
                 .where(sessions.c.session_id == sid, expired(sessions, UTC_CLOCK))
-                .values(updated_at=now, expires_at=expires_param(sessions.c.expires_at.type))
+                .values(
+                    updated_at=now,
+                    expires_at=expires_param(sessions.c.expires_at.type),
+                    last_position=sessions.c.last_position + counted(),
+                )
             )
         return Statements(**fields)
 

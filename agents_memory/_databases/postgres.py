@@ -74,10 +74,12 @@ from agents_memory._databases.base import (
     Statements,
     check_heads,
     compile_all,
+    counted,
     expires_param,
     fork_body,
     live,
     observed,
+    order_key,
     portable_statements,
     renewed_expiry,
     sid_param,
@@ -118,19 +120,30 @@ UTC_CLOCK: ColumnElement[Any] = func.timezone("UTC", func.current_timestamp())
 
 
 def _upsert_renewing(sessions: Table, sid: Any, now: ColumnElement[Any]) -> Any:  # noqa: ANN401
-    """The expiry variant's upsert: ``updated_at`` bumped, the deadline renewed (``expires``).
+    """The head variant's upsert: ``updated_at``, the deadline and ``last_position`` moved.
 
-    ``SET`` reads the existing row as locked, so an expired deadline is cleared
-    (the session starts afresh) unless the store's ``ttl`` gives a new one.
+    The deadline is renewed (``expires``); ``last_position`` is bumped by ``n`` and
+    returned.
+
+    ``SET`` reads the existing row as locked (its newest version, after any writer
+    ahead of it committed), so an expired deadline is cleared (the session starts
+    afresh) unless the store's ``ttl`` gives a new one, and two writers never get
+    the same positions, whatever their snapshots saw.
     """
     expires = expires_param(sessions.c.expires_at.type)
+    n = counted()
     return (
         postgresql.insert(sessions)
-        .values(session_id=sid, expires_at=expires)
+        .values(session_id=sid, expires_at=expires, last_position=n)
         .on_conflict_do_update(
             index_elements=[sessions.c.session_id],
-            set_={"updated_at": now, "expires_at": renewed_expiry(sessions, UTC_CLOCK, expires)},
+            set_={
+                "updated_at": now,
+                "expires_at": renewed_expiry(sessions, UTC_CLOCK, expires),
+                "last_position": sessions.c.last_position + n,
+            },
         )
+        .returning(sessions.c.last_position)
     )
 
 
@@ -346,13 +359,16 @@ class Operations(RowReads):
         runner: Any,  # noqa: ANN401
         on_corrupt: OnCorrupt,
         keyring: Keyring | None = None,
+        *,
+        head: bool = False,
     ) -> None:
         self._runner = runner
         self._on_corrupt: OnCorrupt = on_corrupt
         self._keyring = keyring
+        self._head = head
 
     async def add(self, session_id: str, data: Sequence[str], expires: object = None) -> None:
-        params = {"sid": session_id, "data": list(data), "expires": expires}
+        params = {"sid": session_id, "data": list(data), "expires": expires, "n": len(data)}
         await self._runner.write(lambda ex: ex.run("append", params), single=True)
 
     async def _rows(self, key: str, params: dict[str, Any]) -> Sequence[Row]:
@@ -423,12 +439,13 @@ class Operations(RowReads):
         commits before the swap reads the rows (and is replaced); one that starts
         after waits and lands after the new items.
         """
+        n = len(data)
 
         async def body(ex: Executor) -> None:
-            await ex.run("upsert_session", {"sid": session_id, "expires": expires})
+            await ex.run("upsert_session", {"sid": session_id, "expires": expires, "n": n})
             # as a clear does: nothing is deleted that the keyring could not open
             check_heads(await ex.rows("select_heads", {"sid": session_id}), self._keyring)
-            await ex.run("replace_rows", {"sid": session_id, "data": list(data)})
+            await ex.run("replace_rows", {"sid": session_id, "data": list(data), "n": n})
 
         await self._runner.write(body, single=False)
 
@@ -444,6 +461,7 @@ class Operations(RowReads):
                 returning=True,
                 share_source=True,
                 expires=expires,
+                advanced=self._head,
             ),
             single=False,
         )
@@ -495,8 +513,12 @@ class Postgres(Database):
         sessions, messages = base.sessions, base.messages
         sid = sid_param(sessions)
         # The uncorrelated sub-select is a one-time filter evaluated before the first row,
-        # so the session row is upserted (and row-locked) before any id is drawn.
-        upsert = upsert_session(sessions, sid, now).returning(literal_column("1")).cte("s")
+        # so the session row is upserted (and row-locked) before any item is inserted; at
+        # head it hands out the positions (the counter bumped by ``n``, as locked).
+        upserting: Any = upsert_session(sessions, sid, now)
+        if not expiry:
+            upserting = upserting.returning(literal_column("1"))
+        upsert = upserting.cte("s")
         locked = select(func.count()).select_from(upsert).scalar_subquery() == 1
         ctes: list[Any] = [upsert]
         if expiry:
@@ -514,38 +536,50 @@ class Postgres(Database):
             .table_valued("d", with_ordinality="o")
             .render_derived(name="t")
         )
-        append = (
-            insert(messages)
-            .from_select(
+        n = counted()
+        key = order_key(messages)
+        if expiry:
+            top = select(upsert.c.last_position).scalar_subquery()
+            append = insert(messages).from_select(
+                ["session_id", "position", "message_data"],
+                select(sid, top - n + rows.c.o, rows.c.d).order_by(rows.c.o),
+            )
+        else:
+            append = insert(messages).from_select(
                 ["session_id", "message_data"],
                 select(sid, rows.c.d).where(locked).order_by(rows.c.o),
             )
-            .add_cte(*ctes)
-        )
+        append = append.add_cte(*ctes)
         mine = messages.c.session_id == sid
         newest = (
-            select(messages.c.id)
+            select(key)
             .where(mine if not expiry else and_(mine, live(sessions, sid, UTC_CLOCK)))
-            .order_by(messages.c.id.desc())
+            .order_by(key.desc())
             .limit(1)
             .with_for_update()
             .scalar_subquery()
         )
-        pop = (
-            delete(messages)
-            .where(messages.c.id == newest)
-            .returning(messages.c.id, messages.c.message_data)
-        )
+        pop = delete(messages).where(mine, key == newest).returning(key, messages.c.message_data)
         # A replace's second statement (the session row is already locked by the first, so
         # its snapshot, taken after that lock, sees every append committed before it; one
         # statement could not: its snapshot would predate the wait for the lock). The CTE's
         # delete sees only the old rows, the insert adds the new: one atomic swap.
         old = delete(messages).where(messages.c.session_id == sid).cte("old")
-        replace_rows = (
-            insert(messages)
-            .from_select(["session_id", "message_data"], select(sid, rows.c.d).order_by(rows.c.o))
-            .add_cte(old)
-        )
+        if expiry:  # the positions below the counter the upsert just moved (and holds)
+            held_top = (
+                select(sessions.c.last_position)
+                .where(sessions.c.session_id == sid)
+                .scalar_subquery()
+            )
+            replace_rows = insert(messages).from_select(
+                ["session_id", "position", "message_data"],
+                select(sid, held_top - n + rows.c.o, rows.c.d).order_by(rows.c.o),
+            )
+        else:
+            replace_rows = insert(messages).from_select(
+                ["session_id", "message_data"], select(sid, rows.c.d).order_by(rows.c.o)
+            )
+        replace_rows = replace_rows.add_cte(old)
         gone = delete(messages).where(messages.c.session_id == sid).cte("m")
         clear = (
             delete(sessions)
@@ -580,7 +614,7 @@ class Postgres(Database):
         )
         locked_v = select(held_version.c.v).scalar_subquery()
         plain = (
-            select(messages.c.id)
+            select(key)
             .where(
                 messages.c.session_id == sid,
                 func.substr(messages.c.message_data, 1, 2) != ENVELOPE_MARK,
@@ -641,7 +675,7 @@ class Postgres(Database):
             runner = CoreRunner(engine, cls.statements(names, expiry), autocommit_single=True)
         else:
             runner = DriverRunner(engine, names, expiry=expiry)
-        return Operations(runner, on_corrupt, keyring)
+        return Operations(runner, on_corrupt, keyring, head=expiry)
 
     @classmethod
     def upsert_metadata(cls, sessions: Table) -> Executable:

@@ -81,11 +81,13 @@ from agents_memory._databases.base import (
     check_heads,
     compile_all,
     compile_for,
+    counted,
     expired_probe,
     expires_param,
     foreign_listeners,
     fork_body_sync,
     live,
+    numbered,
     observed,
     portable_statements,
     renewed_expiry,
@@ -176,6 +178,7 @@ def _role_of(data: ColumnElement[Any]) -> ColumnElement[Any]:
 
 
 def _upsert_session(sessions: Table, sid: Any, now_: ColumnElement[Any]) -> Executable:  # noqa: ANN401
+    """The legacy tables' upsert (no counter: their items take ids from their own sequence)."""
     return (
         sqlite_dialect.insert(sessions)
         .values(session_id=sid, created_at=now_, updated_at=now_)
@@ -192,19 +195,30 @@ What reads compare deadlines with; writes compare them with their client clock
 
 
 def _upsert_renewing(sessions: Table, sid: Any, now_: ColumnElement[Any]) -> Executable:  # noqa: ANN401
-    """The expiry variant's upsert: ``updated_at`` bumped, the deadline renewed (``expires``).
+    """The head variant's upsert: ``updated_at``, the deadline and ``last_position`` moved.
+
+    The deadline is renewed (``expires``); ``last_position`` is bumped by ``n`` and
+    returned (the batch's positions end there).
 
     Run after ``drop_expired`` in the same transaction, so an expired deadline is
     cleared (or replaced by the store's ``ttl``) once its items are gone.
     """
     expires = expires_param(String())
+    n = counted()
     return (
         sqlite_dialect.insert(sessions)
-        .values(session_id=sid, created_at=now_, updated_at=now_, expires_at=expires)
+        .values(
+            session_id=sid, created_at=now_, updated_at=now_, expires_at=expires, last_position=n
+        )
         .on_conflict_do_update(
             index_elements=[sessions.c.session_id],
-            set_={"updated_at": now_, "expires_at": renewed_expiry(sessions, now_, expires)},
+            set_={
+                "updated_at": now_,
+                "expires_at": renewed_expiry(sessions, now_, expires),
+                "last_position": sessions.c.last_position + n,
+            },
         )
+        .returning(sessions.c.last_position)
     )
 
 
@@ -215,13 +229,14 @@ def compiled(names: TableNames, expiry: bool = False) -> dict[str, CompiledSQL]:
 
 
 def has_expiry(conn: sqlite3.Connection, names: TableNames) -> bool:
-    """Whether the sessions table of ``names`` has ``expires_at`` (revision 0003 and later).
+    """Whether the tables of ``names`` are at head (items keyed by position, with expiry).
 
-    Tables the seed or the Agents SDK created, used without migrating, do not:
-    they get the plain statements. Asked with Core's ``SELECT expires_at … LIMIT 0``.
+    Tables the seed or the Agents SDK created, used without migrating, are not
+    (nor are ours at a revision before 0006): they get the legacy statements,
+    ordered by ``id``. Asked with Core's ``SELECT position … LIMIT 0``.
     """
-    sessions = get_models(names).Session.__table__
-    probe = compile_for(select(sessions.c.expires_at).limit(0), DIALECT)
+    messages = get_models(names).Message.__table__
+    probe = compile_for(select(messages.c.position).limit(0), DIALECT)
     try:
         conn.execute(probe.sql, probe.positional({})).fetchall()
     except sqlite3.OperationalError:
@@ -295,14 +310,19 @@ def add_body(
 ) -> None:
     """Upsert the session, then insert every item: one transaction (the caller's).
 
-    On the expiry variant an expired session first loses its old items (the write
-    starts it afresh), and the upsert renews its deadline to ``expires``.
+    At head the upsert hands out the batch's positions (``last_position`` bumped by
+    its size, under ``BEGIN IMMEDIATE``: one writer); an expired session first loses
+    its old items (the write starts it afresh), and the upsert renews its deadline
+    to ``expires``.
     """
     when = now()
-    if expiry:
-        ex.run("drop_expired", {"sid": sid, "now": when})
-    ex.run("upsert_session", {"sid": sid, "now": when, "expires": expires})
-    ex.runmany("insert_message", [{"sid": sid, "data": d, "now": when} for d in data])
+    if not expiry:
+        ex.run("upsert_session", {"sid": sid, "now": when})
+        ex.runmany("insert_message", [{"sid": sid, "data": d, "now": when} for d in data])
+        return
+    ex.run("drop_expired", {"sid": sid, "now": when})
+    top = ex.rows("upsert_session", {"sid": sid, "now": when, "expires": expires, "n": len(data)})
+    ex.runmany("insert_message", numbered(sid, data, int(top[0][0]), {"now": when}))
 
 
 def pop_body(
@@ -342,6 +362,8 @@ def replace_body(
     data: Sequence[str],
     keyring: Keyring | None = None,
     expires: object = None,
+    *,
+    expiry: bool = False,
 ) -> None:
     """Upsert the session (``updated_at`` bumped), delete its items, insert ``data``.
 
@@ -351,18 +373,28 @@ def replace_body(
     one of the items it would delete.
     """
     when = now()
-    ex.run("upsert_session", {"sid": sid, "now": when, "expires": expires})
+    params = {"sid": sid, "now": when, "expires": expires, "n": len(data)}
+    top = ex.rows("upsert_session", params) if expiry else ex.run("upsert_session", params)
     check_heads(ex.rows("select_heads", {"sid": sid}), keyring)
     ex.run("delete_messages", {"sid": sid})
-    if data:
+    if not data:
+        return
+    if isinstance(top, int):  # legacy tables: ids from their own sequence
         ex.runmany("insert_message", [{"sid": sid, "data": d, "now": when} for d in data])
+    else:
+        ex.runmany("insert_message", numbered(sid, data, int(top[0][0]), {"now": when}))
 
 
-def fork_body(
-    ex: SyncExecutor, sid: str, new: str, skip: int | None, expires: object = None
+def fork_body(  # noqa: PLR0917 - fork_body_sync's arguments
+    ex: SyncExecutor,
+    sid: str,
+    new: str,
+    skip: int | None,
+    expires: object = None,
+    expiry: bool = False,
 ) -> None:
     """Copy the session row and its items (before user turn ``skip + 1``): one transaction."""
-    fork_body_sync(ex, sid, new, skip, now(), expires)
+    fork_body_sync(ex, sid, new, skip, now(), expires, advanced=expiry)
 
 
 class LiteExecutor:
@@ -1036,7 +1068,7 @@ class ThreadOperations(RowReads):
         size, keyring = sum(map(len, data)), self._keyring
         await self._write(
             "insert_message",
-            lambda ex: replace_body(ex, session_id, data, keyring, expires),
+            lambda ex: replace_body(ex, session_id, data, keyring, expires, expiry=self._expiry),
             size,
         )
 
@@ -1044,7 +1076,8 @@ class ThreadOperations(RowReads):
         self, session_id: str, new_session_id: str, skip: int | None, expires: object = None
     ) -> None:
         await self._write(
-            "fork_items", lambda ex: fork_body(ex, session_id, new_session_id, skip, expires)
+            "fork_items",
+            lambda ex: fork_body(ex, session_id, new_session_id, skip, expires, self._expiry),
         )
 
 
@@ -1104,12 +1137,18 @@ class CoreOperations(RowReads):
 
     async def replace(self, session_id: str, data: Sequence[str], expires: object = None) -> None:
         keyring = self._keyring
-        await self._write(lambda ex: replace_body(ex, session_id, data, keyring, expires))
+        expiry = self._expiry
+        await self._write(
+            lambda ex: replace_body(ex, session_id, data, keyring, expires, expiry=expiry)
+        )
 
     async def fork(
         self, session_id: str, new_session_id: str, skip: int | None, expires: object = None
     ) -> None:
-        await self._write(lambda ex: fork_body(ex, session_id, new_session_id, skip, expires))
+        expiry = self._expiry
+        await self._write(
+            lambda ex: fork_body(ex, session_id, new_session_id, skip, expires, expiry)
+        )
 
 
 # -- the module ---------------------------------------------------------------------------------

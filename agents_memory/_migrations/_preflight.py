@@ -21,8 +21,11 @@ from agents_memory._tables import TableNames
 
 SESSIONS_COLUMNS = frozenset({"session_id"})
 """The columns every sessions table we adopt or made has (the seed's included)."""
-MESSAGES_COLUMNS = frozenset({"id", "session_id", "message_data"})
-"""The columns every messages table we adopt or made has (the seed's included)."""
+MESSAGES_COLUMNS = frozenset({"session_id", "message_data"})
+"""The columns every messages table we adopt or made has (the seed's included), with one of
+:data:`ITEM_KEYS`."""
+ITEM_KEYS = frozenset({"id", "position"})
+"""What orders a messages table's items: ``id`` (the SDK's, ours before 0006) or ``position``."""
 
 
 class TableMismatchError(AgentsMemoryError, ValueError):
@@ -31,7 +34,7 @@ class TableMismatchError(AgentsMemoryError, ValueError):
 
 def shape_of(columns: set[str]) -> str | None:
     """``"sessions"``, ``"messages"`` or ``None``: which of our tables these columns make."""
-    if columns >= MESSAGES_COLUMNS:
+    if columns >= MESSAGES_COLUMNS and columns & ITEM_KEYS:
         return "messages"
     if columns >= SESSIONS_COLUMNS and "message_data" not in columns:
         return "sessions"

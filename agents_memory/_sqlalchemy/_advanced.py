@@ -49,7 +49,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents_memory._codec import decode_rows, encode_items
 from agents_memory._crypto import Keyring, is_envelope, open_envelope
-from agents_memory._databases.base import check_heads, heads_where
+from agents_memory._databases.base import check_heads, heads_where, numbered, upsert_counting
 from agents_memory._ids import check_sql_int
 from agents_memory._protocol import resolve_limit, writes_overridden
 from agents_memory._sqlalchemy._backend import Backend
@@ -177,6 +177,14 @@ def _validate_branch_id(branch_id: object, what: str = "branch_id") -> str:
     return branch_id
 
 
+def _holds(structure: Any, messages: Any) -> ColumnElement[bool]:  # noqa: ANN401 - tables
+    """A structure row's item: the same session, at the row's ``message_position``."""
+    return and_(
+        structure.c.session_id == messages.c.session_id,
+        structure.c.message_position == messages.c.position,
+    )
+
+
 class AdvancedSQLAlchemySession(SQLAlchemySession):
     """A session with user turns, branches and token usage, on SQLite, Postgres or MySQL.
 
@@ -292,31 +300,33 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         """
         return await run_to_completion(self._live().retried(body))
 
-    async def _lock_session(self, conn: AsyncConnection) -> None:
+    async def _lock_session(self, conn: AsyncConnection, n: int = 0) -> int:
         """Create or touch the session row: the lock every writer of this session queues on.
 
-        On tables with ``expires_at`` the write renews the deadline (the store's
-        ``ttl``), and a session whose deadline has passed starts afresh first, in
-        this transaction (:meth:`_restart`), as plain sessions' writes do.
+        The write takes ``n`` positions (the session's ``last_position`` moved past
+        them) and returns the counter after: the items it appends take the ``n``
+        positions up to it. On tables with ``expires_at`` the write renews the
+        deadline (the store's ``ttl``), and a session whose deadline has passed
+        starts afresh first, in this transaction (:meth:`_restart`), as plain
+        sessions' writes do.
         """
         backend = self._backend
         st = backend.db.statements(backend.names, backend.expiry)
-        params = {"sid": self.session_id, "expires": backend.deadline()}
+        params = {"sid": self.session_id, "expires": backend.deadline(), "n": n}
         params.update(backend.db.clock_params())
-        if st.select_expired is None:  # tables without expires_at
-            await conn.execute(st.upsert_session, params)
-        elif st.restart_session is None:
+        if st.restart_session is None:
             # The upsert renews or clears a passed deadline, so what it kept goes first,
             # under the row's lock (an UPDATE: on SQLite the file's write lock too).
-            if not await self._lock_existing(conn, params):
+            if st.select_expired is not None and not await self._lock_existing(conn, params):
                 await self._restart(conn)
-            await conn.execute(st.upsert_session, params)
-        else:
-            # The upsert locks an expired row and leaves it as it is: restarted here.
-            await conn.execute(st.upsert_session, params)
-            if await self._expired(conn, params):
-                await self._restart(conn)
-                await conn.execute(st.restart_session, params)
+            return await upsert_counting(conn, st, params)
+        # The upsert locks an expired row and leaves it as it is: restarted here.
+        await conn.execute(st.upsert_session, params)
+        if await self._expired(conn, params):
+            await self._restart(conn)
+            await conn.execute(st.restart_session, params)
+        assert st.read_counter is not None  # noqa: S101 - the head variant has it
+        return int((await conn.execute(st.read_counter, params)).scalar_one())
 
     async def _lock_existing(
         self, conn: AsyncConnection, clock: dict[str, Any] | None = None
@@ -383,8 +393,8 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         branch = self._branch_of(branch_id)
         m, s = self._backend.st.messages, self._structure
         query = (
-            select(m.c.id, m.c.message_data)
-            .join(s, s.c.message_id == m.c.id)
+            select(m.c.position, m.c.message_data)
+            .join(s, _holds(s, m))
             .where(self._where(branch))
             .order_by(s.c.sequence_number.desc())
         )
@@ -427,33 +437,29 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         kinds = [(message_type(item), tool_name(item)) for item in items]  # type: ignore[arg-type]
 
         async def body(conn: AsyncConnection) -> None:
-            await self._lock_session(conn)
-            await self._append(conn, data, kinds)
+            top = await self._lock_session(conn, len(data))
+            await self._append(conn, data, kinds, top)
 
         await self._write(body)
 
     async def _append(
-        self, conn: AsyncConnection, data: list[str], kinds: list[tuple[str, str | None]]
+        self,
+        conn: AsyncConnection,
+        data: list[str],
+        kinds: list[tuple[str, str | None]],
+        top: int,
     ) -> None:
-        """Insert encoded items and their structure rows on the current branch (under the lock)."""
+        """Insert encoded items and their structure rows on the current branch (under the lock).
+
+        ``top``: the session's counter after :meth:`_lock_session` took ``len(data)``
+        positions; the items take the positions up to it.
+        """
         branch, sid = self._branch, self.session_id
         backend = self._backend
-        m, s = backend.st.messages, self._structure
-        clock = backend.db.clock_params()
-        await conn.execute(
-            backend.st.insert_message, [{"sid": sid, "data": d, **clock} for d in data]
-        )
-        ids = list(
-            (
-                await conn.execute(
-                    select(m.c.id)
-                    .where(m.c.session_id == sid)
-                    .order_by(m.c.id.desc())
-                    .limit(len(data))
-                )
-            ).scalars()
-        )
-        ids.reverse()
+        s = self._structure
+        params = numbered(sid, data, top, backend.db.clock_params())
+        await conn.execute(backend.st.insert_message, params)
+        positions = [p["pos"] for p in params]
         seq = (
             await conn.execute(
                 select(func.coalesce(func.max(s.c.sequence_number), 0)).where(s.c.session_id == sid)
@@ -469,13 +475,13 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         ).one()
         rows = []
         users = 0
-        for i, (message_id, (kind, tool)) in enumerate(zip(ids, kinds, strict=True)):
+        for i, (position, (kind, tool)) in enumerate(zip(positions, kinds, strict=True)):
             if kind == "user":
                 users += 1
             rows.append(
                 {
                     "session_id": sid,
-                    "message_id": message_id,
+                    "message_position": position,
                     "branch_id": branch,
                     "message_type": kind,
                     "sequence_number": int(seq) + i + 1,
@@ -501,10 +507,10 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         branch = self._branch
 
         async def body(conn: AsyncConnection) -> None:
-            await self._lock_session(conn)
+            top = await self._lock_session(conn, len(data))
             await self._drop_branch(conn, branch)
             if data:
-                await self._append(conn, data, kinds)
+                await self._append(conn, data, kinds, top)
 
         await self._write(body)
 
@@ -535,7 +541,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             while True:
                 row = (
                     await conn.execute(
-                        select(s.c.id, s.c.message_id, s.c.user_turn_number)
+                        select(s.c.sequence_number, s.c.message_position, s.c.user_turn_number)
                         .where(self._where(branch))
                         .order_by(s.c.sequence_number.desc())
                         .limit(1)
@@ -543,13 +549,14 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
                 ).first()
                 if row is None:
                     return None
-                gone = await conn.execute(delete(s).where(s.c.id == row.id))
+                gone = await conn.execute(
+                    delete(s).where(self._where(branch), s.c.sequence_number == row.sequence_number)
+                )
                 if gone.rowcount != 1:  # another writer popped it first
                     continue
-                data = (
-                    await conn.execute(select(m.c.message_data).where(m.c.id == row.message_id))
-                ).scalar()
-                await self._drop_unshared(conn, m.c.id == row.message_id)
+                item = and_(m.c.session_id == sid, m.c.position == row.message_position)
+                data = (await conn.execute(select(m.c.message_data).where(item))).scalar()
+                await self._drop_unshared(conn, item)
                 if row.user_turn_number is not None:
                     left = (
                         await conn.execute(
@@ -572,7 +579,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
                 # A row the keyring cannot open raises here: the transaction rolls back,
                 # so nothing is deleted because it could not be read.
                 items = decode_rows(
-                    [(row.message_id, data)], on_corrupt=on_corrupt, keyring=keyring
+                    [(row.message_position, data)], on_corrupt=on_corrupt, keyring=keyring
                 )
                 if items:
                     return items[0]
@@ -591,9 +598,9 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         other = s.alias("other")
         unshared = and_(
             m.c.session_id == sid,
-            m.c.id.in_(select(s.c.message_id).where(mine)),
+            m.c.position.in_(select(s.c.message_position).where(mine)),
             ~exists(
-                select(other.c.id).where(other.c.message_id == m.c.id, other.c.branch_id != branch)
+                select(other.c.sequence_number).where(_holds(other, m), other.c.branch_id != branch)
             ),
         )
         await self._check_deletable(conn, unshared)
@@ -608,7 +615,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             delete(m).where(
                 m.c.session_id == self.session_id,
                 which,
-                ~exists(select(s.c.id).where(s.c.message_id == m.c.id)),
+                ~exists(select(s.c.sequence_number).where(_holds(s, m))),
             )
         )
 
@@ -770,7 +777,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         created = type_coerce(s.c.created_at, String())
         return (
             select(s.c.branch_turn_number, m.c.message_data, created)
-            .join(m, m.c.id == s.c.message_id)
+            .join(m, _holds(s, m))
             .where(self._where(branch), s.c.message_type == "user")
             .order_by(s.c.branch_turn_number)
         )
@@ -927,7 +934,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
                             b.c.session_id == self.session_id, b.c.branch_id == candidate
                         )
                     ),
-                    exists(select(s.c.id).where(self._where(candidate))),
+                    exists(select(s.c.sequence_number).where(self._where(candidate))),
                 )
             )
             return bool((await conn.execute(query)).scalar())
@@ -970,7 +977,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         source = self._branch
         s = self._structure
         copied = (
-            s.c.message_id,
+            s.c.message_position,
             s.c.message_type,
             s.c.user_turn_number,
             s.c.branch_turn_number,
@@ -981,7 +988,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             await self._lock_session(conn)
             found = (
                 await conn.execute(
-                    select(s.c.id).where(
+                    select(s.c.sequence_number).where(
                         self._where(source),
                         s.c.branch_turn_number == turn_number,
                         s.c.message_type == "user",
@@ -1040,7 +1047,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         """Make ``branch_id`` the current branch; ``ValueError`` if it has no items."""
         branch = _validate_branch_id(branch_id)
         s = self._structure
-        query = select(exists(select(s.c.id).where(self._where(branch))))
+        query = select(exists(select(s.c.sequence_number).where(self._where(branch))))
 
         async def body(conn: AsyncConnection) -> bool:
             return bool((await conn.execute(query)).scalar())
@@ -1079,7 +1086,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         async def body(conn: AsyncConnection) -> None:
             live = await self._lock_existing(conn)  # an expired session has no branch
             mine = self._where(branch_id)
-            query = select(exists(select(s.c.id).where(mine)))
+            query = select(exists(select(s.c.sequence_number).where(mine)))
             if not (live and (await conn.execute(query)).scalar()):
                 msg = f"Branch '{branch_id}' does not exist"
                 raise ValueError(msg)
@@ -1103,7 +1110,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             )
             .where(s.c.session_id == self.session_id)
             .group_by(s.c.branch_id)
-            .order_by(first, func.min(s.c.id))
+            .order_by(first, func.min(s.c.sequence_number))
         )
         current = self._branch
 

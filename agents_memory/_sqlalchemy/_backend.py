@@ -87,7 +87,9 @@ class Backend:
         self.ttl = check_ttl(ttl)
         """Every write moves the session's deadline to now + ``ttl`` (``None``: no expiry)."""
         self.expiry = False
-        """Whether the tables have ``expires_at`` (the schema check says): which statements run."""
+        """Whether the tables are at head, with positions and ``expires_at`` (the schema check
+        says; ``False``: tables the Agents SDK or the seed made, ordered by ``id``): which
+        statements run."""
         self.keyring: Keyring | None = encryption
         """Encrypts what is written and opens what is read (``None``: plaintext)."""
         self.engine = engine
@@ -95,7 +97,9 @@ class Backend:
         self.on_corrupt: OnCorrupt = on_corrupt
         self.state: EngineState = engine_state(engine)
         self.db: type[Database] = self.state.db
-        self.st: Statements = self.db.statements(names)
+        self.st: Statements = self.db.statements(names, expiry=True)
+        """The head variant's tables and statements, for what works on the schema at head
+        (listings, metadata, prune, rotation, bulk, advanced sessions)."""
         self.owns_engine = False
         """Whether this backend created its engine (``from_url``): it then disposes of it."""
         self._create_tables = create_tables
@@ -265,8 +269,9 @@ class Backend:
     async def statements(self) -> Statements:
         """The statements in force once the schema is checked: the expiry variant at head.
 
-        ``st`` is the plain variant, for what only needs the tables; a write or read
-        outside the operations that must see expiry (the compaction hook) takes these.
+        ``st`` is the head variant, for what only runs at head; a write or read outside
+        the operations that must follow the tables as they are (the compaction hook)
+        takes these.
         """
         if self._needs_prepare():
             await self._prepare()

@@ -39,6 +39,7 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -46,6 +47,7 @@ from sqlalchemy.types import TypeEngine
 
 from agents_memory._codec import OnCorrupt, decode_row, encode_item
 from agents_memory._crypto import Keyring, is_envelope
+from agents_memory._databases.base import order_key, tables_for
 from agents_memory._errors import AgentsMemoryError
 from agents_memory._ids import check_sql_int, validate_session_id
 from agents_memory._migrations._runner import lock as table_set_lock
@@ -134,6 +136,8 @@ class _Statements:
     last_rows: Select[Any]
     rows_after: Select[Any]
     existing: Select[Any]
+    counters: Select[Any] | None
+    """Head: each session's ``last_position`` (read after the batch's writes moved it)."""
     counts: Select[Any]
     insert_session: Insert
     update_session: Update
@@ -151,14 +155,14 @@ def _statements(names: TableNames, db: Any, expiry: bool = False) -> _Statements
     With ``expiry`` the reads leave out expired sessions (bound ``now``, the client
     clock, as ``list_sessions`` compares) and carry ``expires_at``; the writes set it.
     """
-    models = get_models(names)
-    s: Table = models.Session.__table__
-    m: Table = models.Message.__table__
+    s: Table = get_models(names).Session.__table__
+    m: Table = tables_for(names, expiry)[1]  # (legacy tables: items keyed by id)
+    key = order_key(m)
     # Times are bound as the database's column takes them (SQLite: its own text format).
     stamp: TypeEngine[Any] = db.stamp_type(s.c.created_at.type)
     ids: Any = bindparam("ids", expanding=True)
     count = select(func.count()).where(m.c.session_id == s.c.session_id).scalar_subquery()
-    last_id = select(func.max(m.c.id)).where(m.c.session_id == s.c.session_id).scalar_subquery()
+    last_id = select(func.max(key)).where(m.c.session_id == s.c.session_id).scalar_subquery()
     row = {
         "created_at": bindparam("b_created", type_=stamp),
         "updated_at": bindparam("b_updated", type_=stamp),
@@ -166,7 +170,14 @@ def _statements(names: TableNames, db: Any, expiry: bool = False) -> _Statements
     }
     states = select(s.c.session_id, s.c.created_at, s.c.updated_at, s.c["metadata"], count, last_id)
     expired = None
+    counter_set: dict[str, Any] = {}
+    counter_bump: dict[str, Any] = {}
     if expiry:
+        # Each batch takes the positions after the session's counter (the rows are locked
+        # by the table set's lock and the upserts) and moves the counter past them.
+        taken = bindparam("b_n", type_=s.c.last_position.type)
+        counter_set["last_position"] = taken
+        counter_bump["last_position"] = s.c.last_position + taken
         now = bindparam("now", type_=db.stamp_type(s.c.expires_at.type))
         row["expires_at"] = bindparam("b_expires", type_=db.stamp_type(s.c.expires_at.type))
         states = states.add_columns(s.c.expires_at).where(
@@ -175,21 +186,29 @@ def _statements(names: TableNames, db: Any, expiry: bool = False) -> _Statements
         expired = select(s.c.session_id).where(s.c.session_id.in_(ids), s.c.expires_at <= now)
     return _Statements(
         states=states,
-        last_rows=select(m.c.id, m.c.message_data, m.c.created_at).where(m.c.id.in_(ids)),
-        rows_after=select(m.c.id, m.c.message_data, m.c.created_at)
-        .where(m.c.session_id == bindparam("sid"), m.c.id > bindparam("after"))
-        .order_by(m.c.id)
+        last_rows=select(m.c.session_id, key, m.c.message_data, m.c.created_at).where(
+            tuple_(m.c.session_id, key).in_(bindparam("keys", expanding=True))
+        ),
+        rows_after=select(key, m.c.message_data, m.c.created_at)
+        .where(m.c.session_id == bindparam("sid"), key > bindparam("after"))
+        .order_by(key)
         .limit(bindparam("n")),
         existing=select(s.c.session_id).where(s.c.session_id.in_(ids)),
+        counters=None
+        if not expiry
+        else select(s.c.session_id, s.c.last_position).where(s.c.session_id.in_(ids)),
         counts=select(m.c.session_id, func.count())
         .where(m.c.session_id.in_(ids))
         .group_by(m.c.session_id),
-        insert_session=insert(s).values(session_id=bindparam("b_sid"), **row),
-        update_session=update(s).where(s.c.session_id == bindparam("b_sid")).values(**row),
+        insert_session=insert(s).values(session_id=bindparam("b_sid"), **row, **counter_set),
+        update_session=update(s)
+        .where(s.c.session_id == bindparam("b_sid"))
+        .values(**row, **counter_bump),
         insert_message=insert(m).values(
             session_id=bindparam("b_sid"),
             message_data=bindparam("b_data"),
             created_at=bindparam("b_created", type_=stamp),
+            **({"position": bindparam("b_pos", type_=m.c.position.type)} if expiry else {}),
         ),
         delete_messages=delete(m).where(m.c.session_id.in_(ids)),
         delete_sessions=delete(s).where(s.c.session_id.in_(ids)),
@@ -260,17 +279,17 @@ class Bulk:
     async def _states(self, query: Select[Any]) -> list[SessionState]:
         async with self._backend.reading() as conn:
             heads = (await conn.execute(query, self._now())).all()
-            last_ids = [int(h[5]) for h in heads if h[5] is not None]
+            keys = [(h[0], int(h[5])) for h in heads if h[5] is not None]
             lasts = {}
-            if last_ids:
-                rows = (await conn.execute(self._st.last_rows, {"ids": last_ids})).all()
-                lasts = {int(r[0]): r for r in rows}
+            if keys:
+                rows = (await conn.execute(self._st.last_rows, {"keys": keys})).all()
+                lasts = {(r[0], int(r[1])): r for r in rows}
         states = []
         for sid, created, updated, meta, count, last_id, *expires in heads:
             last = None
-            row = lasts.get(int(last_id)) if last_id is not None else None
+            row = lasts.get((sid, int(last_id))) if last_id is not None else None
             if row is not None:
-                last = self._record(row[0], row[1], row[2])
+                last = self._record(row[1], row[2], row[3])
             meta_ = meta if isinstance(meta, dict) else None
             record = SessionRecord(sid, created, updated, meta_, expires[0] if expires else None)
             states.append(SessionState(record, int(count), last))
@@ -454,12 +473,23 @@ class Bulk:
             await conn.execute(st.delete_messages, {"ids": replaced})
         ids = [p["b_sid"] for p in sessions]
         existing = set((await conn.execute(st.existing, {"ids": ids})).scalars())
+        taken: dict[str, int] = {}
+        for p in messages:  # the k-th item of a session in this batch
+            p["b_pos"] = taken[p["b_sid"]] = taken.get(p["b_sid"], 0) + 1
+        for p in sessions:
+            p["b_n"] = taken.get(p["b_sid"], 0)
         updates = [p for p in sessions if p["b_sid"] in existing]
         inserts = [p for p in sessions if p["b_sid"] not in existing]
         if updates:
             await conn.execute(st.update_session, updates)
         if inserts:
             await conn.execute(st.insert_session, inserts)
+        if messages and st.counters is not None and taken:
+            # The rows are locked by the writes above, which moved each counter past this
+            # batch: its items take the positions just below the counter, in order.
+            tops = dict((await conn.execute(st.counters, {"ids": list(taken)})).tuples().all())
+            for p in messages:
+                p["b_pos"] += int(tops[p["b_sid"]]) - taken[p["b_sid"]]
         if messages:
             await conn.execute(st.insert_message, messages)
 

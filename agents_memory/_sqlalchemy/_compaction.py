@@ -38,12 +38,19 @@ from sqlalchemy import Executable, bindparam, delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents_memory._codec import decode_row, encode_items
-from agents_memory._databases.base import CompiledSQL, Statements, compile_for
+from agents_memory._databases.base import (
+    CompiledSQL,
+    Statements,
+    compile_for,
+    numbered,
+    order_key,
+    tables_for,
+    upsert_counting,
+)
 from agents_memory._errors import CorruptItemError, DecryptionError
 from agents_memory._ids import check_sql_int
 from agents_memory._sqlalchemy._cancel import run_to_completion
 from agents_memory._tables import TableNames
-from agents_memory.models import get_models
 
 if TYPE_CHECKING:
     from agents_memory._crypto import Keyring
@@ -80,27 +87,32 @@ class _Statements:
     """
 
     prefix: Executable
-    """Up to ``n`` rows above id ``after`` and below id ``first``, oldest first, locked."""
+    """Up to ``n`` rows above ``after`` and below ``first``, oldest first, locked."""
     delete_upto: Executable
-    """A session's rows up to id ``upto``: the expired prefix (``sid``, ``upto``)."""
+    """A session's rows up to ``upto``: the expired prefix (``sid``, ``upto``)."""
     delete_from: Executable
-    """A session's rows from id ``first`` on: the suffix being swapped (``sid``, ``first``)."""
+    """A session's rows from ``first`` on: the suffix being swapped (``sid``, ``first``)."""
 
 
 @functools.cache
-def statements(names: TableNames) -> _Statements:
-    """The hook's statements for a name set, from the models (built once)."""
-    m = get_models(names).Message.__table__
+def statements(names: TableNames, head: bool = True) -> _Statements:
+    """The hook's statements for a name set and variant, from the models (built once).
+
+    Rows are compared and cut by the session's order key: ``position`` at head,
+    ``id`` on legacy tables.
+    """
+    _, m = tables_for(names, head)
+    key = order_key(m)
     sid = bindparam("sid", type_=m.c.session_id.type)
     mine = m.c.session_id == sid
     return _Statements(
-        prefix=select(m.c.id, m.c.message_data)
-        .where(mine, m.c.id > bindparam("after"), m.c.id < bindparam("first"))
-        .order_by(m.c.id)
+        prefix=select(key, m.c.message_data)
+        .where(mine, key > bindparam("after"), key < bindparam("first"))
+        .order_by(key)
         .limit(bindparam("n"))
         .with_for_update(),
-        delete_upto=delete(m).where(mine, m.c.id <= bindparam("upto")),
-        delete_from=delete(m).where(mine, m.c.id >= bindparam("first")),
+        delete_upto=delete(m).where(mine, key <= bindparam("upto")),
+        delete_from=delete(m).where(mine, key >= bindparam("first")),
     )
 
 
@@ -137,7 +149,7 @@ def decode_tail(
 def _expired_run(
     batch: Sequence[Sequence[Any]], prune_prefix: PrunePrefix, keyring: Keyring | None
 ) -> int | None:
-    """The id of the last row of the leading run of ``batch`` that ``prune_prefix`` accepts."""
+    """The key of the last row of the leading run of ``batch`` that ``prune_prefix`` accepts."""
     last = None
     for row_id, data in batch:
         try:
@@ -176,7 +188,7 @@ class Swap:
 
     @property
     def first(self) -> int:
-        """The id the suffix starts at."""
+        """The position (legacy tables: id) the suffix starts at."""
         return self.expected[0][0]
 
 
@@ -206,11 +218,12 @@ async def _swap_async(conn: AsyncConnection, backend: Backend, st: Statements, s
     below finds them gone: stale), then the session row is upserted, which is the
     write lock every writer of the session queues on, and renews its deadline.
     """
-    cs, sid = statements(backend.names), swap.session_id
+    cs, sid = statements(backend.names, backend.expiry), swap.session_id
     clock = backend.db.clock_params()
     if st.drop_expired is not None:
         await conn.execute(st.drop_expired, {"sid": sid, **clock})
-    await conn.execute(st.upsert_session, {"sid": sid, **clock, "expires": backend.deadline()})
+    upsert = {"sid": sid, **clock, "expires": backend.deadline(), "n": len(swap.data)}
+    top = await upsert_counting(conn, st, upsert)
     assert st.select_latest_locked is not None  # noqa: S101 - every database builds it
     current = (
         await conn.execute(st.select_latest_locked, {"sid": sid, "n": len(swap.expected)})
@@ -223,8 +236,7 @@ async def _swap_async(conn: AsyncConnection, backend: Backend, st: Statements, s
     if gone.rowcount != len(swap.expected):  # a pop that did not wait for our lock
         raise _Stale
     if swap.data:
-        rows = [{"sid": sid, "data": d, **clock} for d in swap.data]
-        await conn.execute(st.insert_message, rows)
+        await conn.execute(st.insert_message, numbered(sid, swap.data, top, clock))
 
 
 async def _swap_retrying(backend: Backend, swap: Swap) -> bool:
@@ -271,9 +283,9 @@ async def snapshot(
 
 
 @functools.cache
-def compiled(names: TableNames, dialect: Any) -> dict[str, CompiledSQL]:  # noqa: ANN401
+def compiled(names: TableNames, dialect: Any, head: bool = True) -> dict[str, CompiledSQL]:  # noqa: ANN401
     """The hook's statements compiled for ``sqlite3`` (``dialect``: the SQLite module's)."""
-    cs = statements(names)
+    cs = statements(names, head)
     return {field: compile_for(getattr(cs, field), dialect) for field in cs.__dataclass_fields__}
 
 
@@ -328,7 +340,8 @@ def swap_body_sync(
     sid = swap.session_id
     if "drop_expired" in base:
         _run(conn, base["drop_expired"], {"sid": sid, "now": when})
-    _run(conn, base["upsert_session"], {"sid": sid, "now": when, "expires": expires})
+    upsert = {"sid": sid, "now": when, "expires": expires, "n": len(swap.data)}
+    counter = _run(conn, base["upsert_session"], upsert).fetchall()  # (legacy tables: none)
     if not swap.is_current(
         _run(conn, base["select_latest"], {"sid": sid, "n": len(swap.expected)}).fetchall()
     ):
@@ -341,8 +354,9 @@ def swap_body_sync(
         raise _Stale
     if swap.data:
         insert = base["insert_message"]
-        params = [insert.positional({"sid": sid, "data": d, "now": when}) for d in swap.data]
-        conn.executemany(insert.sql, params)
+        top = int(counter[0][0]) if counter else len(swap.data)
+        numbers = numbered(sid, swap.data, top, {"now": when})
+        conn.executemany(insert.sql, [insert.positional(p) for p in numbers])
     return True
 
 

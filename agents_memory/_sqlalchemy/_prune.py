@@ -221,7 +221,7 @@ class _Pruner:
         """
         m = self.m.c
         mine = m.session_id == bindparam("sid", type_=m.session_id.type)
-        beyond = select(m.id).where(mine).order_by(m.id).limit(1).offset(ITEM_BATCH)
+        beyond = select(m.position).where(mine).order_by(m.position).limit(1).offset(ITEM_BATCH)
         while True:
             rows = await self._read(beyond, {"sid": sid})
             if not rows:
@@ -231,7 +231,7 @@ class _Pruner:
                 functools.partial(
                     self._delete_items,
                     sid=sid,
-                    condition=and_(m.id < below, self._still_doomed(sid)),
+                    condition=and_(m.position < below, self._still_doomed(sid)),
                 )
             )
             if deleted == 0:
@@ -279,30 +279,32 @@ class _Pruner:
         """The id of the ``ITEM_BATCH``-th oldest item below ``below``, or the last one."""
         m = self.m.c
         mine = m.session_id == bindparam("sid", type_=m.session_id.type)
-        where = and_(mine, m.id < below)
-        nth = select(m.id).where(where).order_by(m.id).limit(1).offset(ITEM_BATCH - 1)
+        where = and_(mine, m.position < below)
+        nth = select(m.position).where(where).order_by(m.position).limit(1).offset(ITEM_BATCH - 1)
         rows = await self._read(nth, {"sid": sid})
         if rows:
             return int(rows[0][0])
-        rows = await self._read(select(func.max(m.id)).where(where), {"sid": sid})
+        rows = await self._read(select(func.max(m.position)).where(where), {"sid": sid})
         return None if not rows or rows[0][0] is None else int(rows[0][0])
 
     async def _trim(self, sid: str, keep: int) -> None:
         m = self.m.c
         mine = m.session_id == bindparam("sid", type_=m.session_id.type)
         if keep == 0:
-            newest = await self._read(select(func.max(m.id)).where(mine), {"sid": sid})
+            newest = await self._read(select(func.max(m.position)).where(mine), {"sid": sid})
             if not newest or newest[0][0] is None:
                 return
             keep_from = int(newest[0][0]) + 1
         else:
-            nth = select(m.id).where(mine).order_by(m.id.desc()).limit(1).offset(keep - 1)
+            nth = (
+                select(m.position).where(mine).order_by(m.position.desc()).limit(1).offset(keep - 1)
+            )
             rows = await self._read(nth, {"sid": sid})
             if not rows:
                 return
             keep_from = int(rows[0][0])
         if self.dry_run:
-            query = select(func.count(), self._size()).where(mine, m.id < keep_from)
+            query = select(func.count(), self._size()).where(mine, m.position < keep_from)
             (n, size), *_ = await self._read(query, {"sid": sid})
             if n:
                 self.sessions_trimmed += 1
@@ -317,7 +319,7 @@ class _Pruner:
                 break
             deleted = await self._write(
                 functools.partial(
-                    self._delete_items, sid=sid, condition=m.id <= upto, keep_from=keep_from
+                    self._delete_items, sid=sid, condition=m.position <= upto, keep_from=keep_from
                 )
             )
             trimmed = trimmed or deleted > 0
@@ -336,7 +338,7 @@ class _Pruner:
         m = self.m.c
         where = and_(m.session_id == sid, condition)
         if keep_from is not None:
-            where = and_(where, m.id < keep_from)
+            where = and_(where, m.position < keep_from)
         await self._check_openable(conn, where)
         size = (await conn.execute(select(self._size()).where(where), self.params)).scalar()
         result = await conn.execute(delete(self.m).where(where), self.params)

@@ -1,16 +1,19 @@
 """Key rotation: re-encrypt every stored item not under the target key, in short batches.
 
-Each batch is read by keyset (message id, ascending, only rows not already under
-the target key) and written back in its own transaction, as one ``executemany``
-of ``UPDATE … WHERE id = :id AND message_data = :old``: a row the application
+Each batch is read by keyset (``(session_id, position)``, ascending, only rows not
+already under the target key) and written back in its own transaction, as one
+``executemany`` of ``UPDATE … WHERE session_id = :sid AND position = :pos AND
+message_data = :old``: a row the application
 popped, cleared or rewrote since it was read is left alone (counted as
 ``changed``), so rotating while the application writes loses nothing and never
 overwrites a newer value. Every row is decrypted to its plaintext first and
 sealed once under the target key: nothing is ever encrypted twice.
 
-A run re-encrypts the rows that exist when it starts (ids up to the newest then),
-so it ends even while the application keeps appending under an old key; such
-later rows are counted in ``remaining`` and taken by the next run.
+A run ends even while the application keeps appending under an old key: the scan
+only moves forward, stops at the largest session id there is when it starts, and
+inside a session stops at the position the session's counter (``last_position``)
+had when the scan reached it. Rows written past those bounds are counted in
+``remaining`` and taken by the next run.
 
 Each batch first key-share-locks its rows' session rows (see :func:`_write_batch`),
 so a clear, which checks envelope heads under that row's lock, never deletes a row
@@ -27,7 +30,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Update, bindparam, func, select, update
+from sqlalchemy import Update, and_, bindparam, func, or_, select, tuple_, update
 
 from agents_memory._crypto import Keyring, is_envelope
 from agents_memory._ids import check_sql_int
@@ -91,10 +94,10 @@ async def _write_batch(
     """
     updates = []
     sids = set()
-    for row_id, data, sid in rows:
-        sealed = _reseal(keyring, row_id, data)
+    for sid, position, data in rows:
+        sealed = _reseal(keyring, f"{sid!r}/{position}", data)
         if sealed is not None:
-            updates.append({"rid": row_id, "old": data, "new": sealed})
+            updates.append({"rsid": sid, "rpos": position, "old": data, "new": sealed})
             sids.add(sid)
     if not updates:
         return 0, 0
@@ -104,7 +107,7 @@ async def _write_batch(
         select(func.count())
         .select_from(backend.st.messages)
         .where(
-            c.id.in_(bindparam("ids", expanding=True)),
+            tuple_(c.session_id, c.position).in_(bindparam("keys", expanding=True)),
             func.substr(c.message_data, 1, len(head)) == head,
         )
     )
@@ -121,11 +124,11 @@ async def _write_batch(
         .order_by(sessions.c.session_id)
         .with_for_update(read=True, key_share=True)
     )
-    ids = [u["rid"] for u in updates]
+    keys = [(u["rsid"], u["rpos"]) for u in updates]
     async with backend.transaction() as conn:
         await conn.execute(lock, {"sids": sorted(sids)})
         await conn.execute(write, updates)
-        done = (await conn.execute(applied, {"ids": ids})).scalar_one()
+        done = (await conn.execute(applied, {"keys": keys})).scalar_one()
     return int(done), len(updates)
 
 
@@ -149,29 +152,46 @@ async def rotate(
     if dry_run:
         left = await count_pending(backend, keyring, to)
         return KeyRotationReport(target=to, dry_run=True, remaining=left)
-    messages = backend.st.messages
+    messages, sessions = backend.st.messages, backend.st.sessions
     c = messages.c
     head = keyring.header(to) + ":"
+    cursor_sid = bindparam("sid", type_=c.session_id.type)
+    # Forward from (sid, after): the rest of session sid up to its bound, then the sessions
+    # after it up to the last one there was at the start.
     scan = (
-        select(c.id, c.message_data, c.session_id)
-        .where(c.id > bindparam("after"), c.id <= bindparam("upto"), _needs_rotation(backend, head))
-        .order_by(c.id)
+        select(c.session_id, c.position, c.message_data)
+        .where(
+            or_(
+                and_(
+                    c.session_id == cursor_sid,
+                    c.position > bindparam("after"),
+                    c.position <= bindparam("bound"),
+                ),
+                c.session_id > cursor_sid,
+            ),
+            c.session_id <= bindparam("last_sid", type_=c.session_id.type),
+            _needs_rotation(backend, head),
+        )
+        .order_by(c.session_id, c.position)
         .limit(bindparam("n"))
     )
+    counter = select(sessions.c.last_position).where(sessions.c.session_id == cursor_sid)
     write = (
         update(messages)
-        .where(c.id == bindparam("rid"), c.message_data == bindparam("old"))
+        .where(
+            c.session_id == bindparam("rsid"),
+            c.position == bindparam("rpos"),
+            c.message_data == bindparam("old"),
+        )
         .values(message_data=bindparam("new"))
     )
     rotated = changed = batches = 0
-    after = -1
-    # The rows there are when the run starts: an application appending under an old key
-    # meanwhile would otherwise keep the scan chasing new ids for ever. What it writes
-    # after this is counted in ``remaining``; the next run takes it.
-    newest = await backend.fetch(select(func.max(c.id)))
-    upto = newest[0][0] if newest and newest[0][0] is not None else -1
+    newest = await backend.fetch(select(func.max(c.session_id)))
+    if not newest or newest[0][0] is None:
+        return KeyRotationReport(target=to, dry_run=False)
+    params: dict[str, Any] = {"sid": "", "after": 0, "bound": 0, "last_sid": newest[0][0]}
     while True:
-        rows = await backend.fetch(scan, {"after": after, "upto": upto, "n": batch_size})
+        rows = await backend.fetch(scan, {**params, "n": batch_size})
         if not rows:
             break
         done, tried = await _write_batch(backend, write, keyring, rows)
@@ -180,9 +200,16 @@ async def rotate(
         batches += 1
         if progress is not None:
             progress(len(rows))
-        after = int(rows[-1][0])
         if len(rows) < batch_size:
             break
+        last: Any = rows[-1]
+        sid, position = last[0], int(last[1])
+        if sid != params["sid"]:
+            # First time in this session: what it holds now is what this run takes, so an
+            # application appending under an old key cannot keep the scan here for ever.
+            top = await backend.fetch(counter, {"sid": sid})
+            params["bound"] = int(top[0][0]) if top and top[0][0] is not None else position
+        params.update(sid=sid, after=position)
     left = await count_pending(backend, keyring, to)
     return KeyRotationReport(
         target=to, dry_run=False, rotated=rotated, changed=changed, batches=batches, remaining=left

@@ -129,10 +129,20 @@ async def test_export_carries_sealed_items_and_decrypts_on_request(
     # a sealed export imports back unchanged: byte-identical rows
     m = get_models(cli.names).Message.__table__
     async with encrypted.engine.connect() as conn:
-        before = [r[0] for r in await conn.execute(select(m.c.message_data).order_by(m.c.id))]
+        before = [
+            r[0]
+            for r in await conn.execute(
+                select(m.c.message_data).order_by(m.c.session_id, m.c.position)
+            )
+        ]
     await invoke(cli, "import", str(sealed), "--if-exists", "replace", env={})
     async with encrypted.engine.connect() as conn:
-        after = [r[0] for r in await conn.execute(select(m.c.message_data).order_by(m.c.id))]
+        after = [
+            r[0]
+            for r in await conn.execute(
+                select(m.c.message_data).order_by(m.c.session_id, m.c.position)
+            )
+        ]
     assert sorted(after) == sorted(before)
     assert await encrypted.session("s0").get_items() == [{"s": 0, "n": n} for n in range(10)]
     await encrypted.close()
@@ -210,7 +220,7 @@ async def _raw_rows(cli: Any) -> list[tuple[str, str]]:
     async with SessionStore.from_url(cli.url, **kw) as store:
         m = get_models(names).Message.__table__
         async with store.engine.connect() as conn:
-            query = select(m.c.session_id, m.c.message_data).order_by(m.c.id)
+            query = select(m.c.session_id, m.c.message_data).order_by(m.c.session_id, m.c.position)
             return [(r[0], r[1]) for r in await conn.execute(query)]
 
 

@@ -13,6 +13,7 @@ import random
 from typing import Any
 
 import pytest
+import raw_rows
 from _support import Ledger, insert_raw, scaled
 from sqlalchemy import text
 
@@ -40,12 +41,13 @@ async def write_corrupt(store: SessionStore, sid: str, kind: Any, dialect: str) 
     if kind == "invalid utf-8" and dialect == "sqlite":
         names = store.table_names
         async with store.engine.begin() as conn:
+            position = await raw_rows.next_position(conn, names, sid)
             await conn.execute(
                 text(
-                    f"INSERT INTO {names.messages} (session_id, message_data) "
-                    "VALUES (:s, CAST(:d AS TEXT))"
+                    f"INSERT INTO {names.messages} (session_id, position, message_data) "
+                    "VALUES (:s, :p, CAST(:d AS TEXT))"
                 ),
-                {"s": sid, "d": b'{"a":"\xff\xfe"}'},
+                {"s": sid, "p": position, "d": b'{"a":"\xff\xfe"}'},
             )
         return
     await insert_raw(store.engine, store.table_names, sid, kind)

@@ -12,11 +12,12 @@ from typing import Any
 
 import agents
 import pytest
+import raw_rows
 from advanced_items import answer, call, output, run_result, user
 from agents import testing
 from agents.usage import Usage
 from session_contract import SessionContract
-from sqlalchemy import func, insert, select, text
+from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agents_memory import (
@@ -459,20 +460,14 @@ class AdvancedHarness:
 
     async def insert_raw(self, session_id: str, data: str) -> None:
         """A message row and its place on ``main``, written with SQL behind the session."""
-        models = get_models(self.store.table_names)
-        m, s = models.Message.__table__, models.Structure.__table__
+        s = get_models(self.store.table_names).Structure.__table__
         async with self.store.engine.begin() as conn:
-            await conn.execute(
-                text(f"INSERT INTO {self.store.table_names.messages} (session_id, message_data) "
-                     "VALUES (:s, :d)"),
-                {"s": session_id, "d": data},
-            )  # fmt: skip
-            new_id = (await conn.execute(select(func.max(m.c.id)))).scalar_one()
+            position = await raw_rows.append_raw(conn, self.store.table_names, session_id, data)
             seq = (await conn.execute(select(func.max(s.c.sequence_number)))).scalar() or 0
             await conn.execute(
                 insert(s).values(
                     session_id=session_id,
-                    message_id=new_id,
+                    message_position=position,
                     branch_id="main",
                     message_type="other",
                     sequence_number=seq + 1,

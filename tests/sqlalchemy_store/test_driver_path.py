@@ -7,6 +7,7 @@ import sqlite3
 from typing import Any
 
 import pytest
+import raw_rows
 from sqlalchemy import event, exc, text
 
 from agents_memory import (
@@ -61,11 +62,8 @@ async def exercise(store: SessionStore) -> list[Any]:
     out: list[Any] = []
     await s.add_items([item(i) for i in range(6)])
     async with store.engine.begin() as conn:  # a broken writer's rows, newest first
-        m = store.table_names.messages
         for bad in ("{nope", '"a string"'):
-            await conn.execute(
-                text(f"INSERT INTO {m} (session_id, message_data) VALUES ('conv', :d)"), {"d": bad}
-            )
+            await raw_rows.append_raw(conn, store.table_names, "conv", bad)
     await s.add_items([item(6)])
     out.append(await s.get_items())
     out.append(await s.get_items(limit=3))
@@ -132,8 +130,7 @@ async def test_corrupt_pop_raises_and_keeps_the_row(store: SessionStore) -> None
     )
     s = strict.session("c")
     async with store.engine.begin() as conn:
-        m = store.table_names.messages
-        await conn.execute(text(f"INSERT INTO {m} (session_id, message_data) VALUES ('c', '[')"))
+        await raw_rows.append_raw(conn, store.table_names, "c", "[")
     for _ in range(2):
         with pytest.raises(CorruptItemError):
             await s.pop_item()

@@ -39,7 +39,11 @@ async def enc(engine: AsyncEngine, names: TableNames) -> AsyncIterator[SessionSt
 async def raw_rows(engine: AsyncEngine, names: TableNames) -> list[tuple[int, str, str]]:
     m = get_models(names).Message.__table__
     async with engine.connect() as conn:
-        rows = await conn.execute(select(m.c.id, m.c.session_id, m.c.message_data).order_by(m.c.id))
+        rows = await conn.execute(
+            select(m.c.position, m.c.session_id, m.c.message_data).order_by(
+                m.c.session_id, m.c.position
+            )
+        )
         return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
 
 
@@ -188,7 +192,11 @@ async def test_altered_ciphertext_is_a_typed_error_and_stays(
     tampered = f"{head}:{base64.b64encode(bytes(blob)).decode()}"
     m = get_models(names).Message.__table__
     async with engine.begin() as conn:
-        await conn.execute(m.update().where(m.c.id == row_id).values(message_data=tampered))
+        await conn.execute(
+            m.update()
+            .where(m.c.session_id == "u", m.c.position == row_id)
+            .values(message_data=tampered)
+        )
     with pytest.raises(DecryptionError, match="failed authentication"):
         await enc.session("u").get_items()
     with pytest.raises(DecryptionError):
@@ -204,7 +212,10 @@ async def test_rows_carried_to_another_session_id_still_open(
     m = get_models(names).Message.__table__
     await enc.session("to").add_items([{"n": 2}])
     async with engine.begin() as conn:
-        await conn.execute(m.update().where(m.c.session_id == "from").values(session_id="to"))
+        # (to position 0: before the target's first item, as its id was smaller before 0006)
+        await conn.execute(
+            m.update().where(m.c.session_id == "from").values(session_id="to", position=0)
+        )
     assert await enc.session("to").get_items() == [{"n": 1}, {"n": 2}]
 
 

@@ -137,7 +137,9 @@ async def test_clear_waits_for_a_rotation_batch_then_refuses(
     m = get_models(names).Message.__table__
     async with engine.connect() as holder:
         await holder.begin()
-        last = select(m.c.id).where(m.c.session_id == "u").order_by(m.c.id.desc()).limit(1)
+        last = (
+            select(m.c.position).where(m.c.session_id == "u").order_by(m.c.position.desc()).limit(1)
+        )
         await holder.execute(last.with_for_update())
         rotation = asyncio.ensure_future(rotating.rotate_keys("b"))
         await _until_waiting(engine, server, names.messages, rotation)

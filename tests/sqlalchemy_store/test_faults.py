@@ -67,7 +67,9 @@ async def test_deadlock_victim_is_retried(backend: Any, store: SessionStore) -> 
                 text(f"INSERT INTO {messages} (session_id, message_data) VALUES ('heavy', '{{}}')"),
                 [{}] * 50,
             )
-            await conn.execute(text(f"SELECT id FROM {messages} WHERE session_id = 'q' FOR UPDATE"))
+            await conn.execute(
+                text(f"SELECT position FROM {messages} WHERE session_id = 'q' FOR UPDATE")
+            )
             adding = asyncio.create_task(s.add_items([{"n": 1}, {"n": 2}]))
             await asyncio.sleep(0.5)  # our add holds the session row and waits on the gap
             await conn.execute(

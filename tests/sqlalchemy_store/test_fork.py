@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import raw_rows
 from sqlalchemy import event
 from sqlalchemy.exc import DBAPIError
 
@@ -193,8 +194,7 @@ async def test_fork_with_a_corrupt_row(backend: Any, rstore: SessionStore) -> No
     source = rstore.session("dirty")
     await source.add_items([{"role": "user", "content": "one"}])
     async with rstore.engine.begin() as conn:
-        messages = rstore._backend.st.messages
-        await conn.execute(messages.insert().values(session_id="dirty", message_data="{not json"))
+        await raw_rows.append_raw(conn, rstore.table_names, "dirty", "{not json")
     await source.add_items([{"role": "user", "content": "two"}])
     whole = await rstore.fork("dirty", "dirty-all")
     assert await whole.get_items() == [

@@ -223,8 +223,8 @@ def _deferred_fk_violation(messages: str) -> Callable[[sqlite3.Connection], None
     def job(conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA defer_foreign_keys = ON")
         conn.execute(
-            f"INSERT INTO {messages} (session_id, message_data, created_at) "
-            "VALUES ('no such session', '{}', '2026-01-01 00:00:00')"
+            f"INSERT INTO {messages} (session_id, position, message_data, created_at) "
+            "VALUES ('no such session', 1, '{}', '2026-01-01 00:00:00')"
         )
 
     return job

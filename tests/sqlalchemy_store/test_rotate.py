@@ -147,24 +147,33 @@ async def test_a_row_changed_between_read_and_write_is_left_as_written(
     m = get_models(names).Message.__table__
     async with engine.connect() as conn:
         rows = (
-            await conn.execute(select(m.c.id, m.c.message_data, m.c.session_id).order_by(m.c.id))
+            await conn.execute(
+                select(m.c.session_id, m.c.position, m.c.message_data).order_by(
+                    m.c.session_id, m.c.position
+                )
+            )
         ).all()
     # meanwhile the application pops s2's newest item and rewrites s0's first row
     assert await mixed.session("s2").pop_item() == {"s": 2, "n": 11}
     rewritten = BOTH.encrypt('{"s":0,"n":0}')
     async with engine.begin() as conn:
-        await conn.execute(m.update().where(m.c.id == rows[0][0]).values(message_data=rewritten))
+        first = m.c.session_id == rows[0][0], m.c.position == rows[0][1]
+        await conn.execute(m.update().where(*first).values(message_data=rewritten))
     write = (
         m.update()
-        .where(m.c.id == _rotate.bindparam("rid"), m.c.message_data == _rotate.bindparam("old"))
+        .where(
+            m.c.session_id == _rotate.bindparam("rsid"),
+            m.c.position == _rotate.bindparam("rpos"),
+            m.c.message_data == _rotate.bindparam("old"),
+        )
         .values(message_data=_rotate.bindparam("new"))
     )
     done, tried = await _rotate._write_batch(backend, write, BOTH.with_current("b"), rows)
     assert (done, tried) == (34, 36)
     async with engine.connect() as conn:
-        found = (await conn.execute(select(m.c.id, m.c.message_data))).all()
-    after = {int(r[0]): str(r[1]) for r in found}
-    assert after[int(rows[0][0])] == rewritten  # the newer value was not overwritten
-    assert int(rows[-1][0]) not in after  # the popped row was not brought back
+        found = (await conn.execute(select(m.c.session_id, m.c.position, m.c.message_data))).all()
+    after = {(r[0], int(r[1])): str(r[2]) for r in found}
+    assert after[rows[0][0], int(rows[0][1])] == rewritten  # the newer value was not overwritten
+    assert (rows[-1][0], int(rows[-1][1])) not in after  # the popped row was not brought back
     assert (await mixed.rotate_keys("b")).remaining == 0
     assert await mixed.session("s0").get_items() == [{"s": 0, "n": n} for n in range(12)]

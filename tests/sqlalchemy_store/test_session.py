@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import raw_rows
 from session_contract import SessionContract, msg
 from sqlalchemy import event, text
 
@@ -82,12 +83,7 @@ async def test_table_names_must_be_strings(engine: Any) -> None:
 
 async def _insert_raw(store: SessionStore, session_id: str, data: str) -> None:
     """Write a message row behind the library's back (as a broken writer would)."""
-    names = store.table_names
-    async with store.engine.begin() as conn:
-        await conn.execute(
-            text(f"INSERT INTO {names.messages} (session_id, message_data) VALUES (:s, :d)"),
-            {"s": session_id, "d": data},
-        )
+    await raw_rows.insert_raw(store.engine, store.table_names, session_id, data)
 
 
 async def test_from_url_owns_and_closes_engine(backend: Any, names: TableNames) -> None:
@@ -196,7 +192,9 @@ async def test_item_past_mysql_packet_limit_is_a_clear_error(
 async def _stored_text(engine: Any, names: TableNames, session_id: str) -> list[str]:
     async with engine.connect() as conn:
         rows = await conn.execute(
-            text(f"SELECT message_data FROM {names.messages} WHERE session_id = :s ORDER BY id"),
+            text(
+                f"SELECT message_data FROM {names.messages} WHERE session_id = :s ORDER BY position"
+            ),
             {"s": session_id},
         )
         return [row[0] for row in rows]

@@ -83,7 +83,7 @@ async def expire(store: SessionStore, *sids: str, at: dt.datetime = PAST) -> Non
 async def stored(store: SessionStore, sid: str) -> list[Any]:
     """Every item row of ``sid`` as stored, expired or not (oldest first)."""
     m = backend_of(store).st.messages
-    query = select(m.c.message_data).where(m.c.session_id == sid).order_by(m.c.id)
+    query = select(m.c.message_data).where(m.c.session_id == sid).order_by(m.c.position)
     async with store.engine.connect() as conn:
         return [json.loads(r) for r in (await conn.execute(query)).scalars()]
 
