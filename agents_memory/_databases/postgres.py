@@ -481,6 +481,13 @@ class Postgres(Database):
     name: ClassVar[str] = "postgresql"
     label: ClassVar[str] = "Postgres"
     hash_partitions: ClassVar[bool] = True
+
+    @classmethod
+    def partition_count(cls, connection: Connection, table: str) -> int | None:
+        """The hash partitions of ``table`` in the current schema (``None``: not partitioned)."""
+        count = connection.execute(_PARTITION_COUNT, {"name": table}).scalar()
+        return None if count is None else int(count)
+
     dialect_names: ClassVar[tuple[str, ...]] = ("postgresql",)
 
     @classmethod

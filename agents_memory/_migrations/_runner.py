@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.types import TypeEngine
 
 from agents_memory._databases import database_for
-from agents_memory._migrations._layout import PARTITIONS_KEY, Layout
+from agents_memory._migrations._layout import MAX_PARTITIONS, PARTITIONS_KEY, Layout
 from agents_memory._migrations._lock import LockMode, choose, drop_statement
 from agents_memory._migrations._preflight import check_tables
 from agents_memory._migrations._scripts import script_directory
@@ -37,6 +37,23 @@ def include_name(names: TableNames) -> Callable[[str | None, str, object], bool]
 
     def include(name: str | None, type_: str, _parents: object) -> bool:
         return type_ != "table" or name in ours
+
+    return include
+
+
+def include_object(names: TableNames) -> Callable[[Any, str | None, str, bool, Any], bool]:
+    """Leave out what Postgres makes for a partitioned messages table on its own.
+
+    A foreign key to a partitioned table is kept by the server as one constraint
+    per partition (``…_fkey1``, ``…_fkey2``, each referring to a partition); the
+    inspector lists them beside ours, and ``check`` would call them drift.
+    """
+    partitions = {names.partition(i) for i in range(MAX_PARTITIONS)}
+
+    def include(obj: Any, _name: str | None, type_: str, reflected: bool, _to: Any) -> bool:  # noqa: ANN401
+        if type_ == "foreign_key_constraint" and reflected:
+            return obj.referred_table.name not in partitions
+        return True
 
     return include
 
@@ -66,6 +83,7 @@ def migration_opts(names: TableNames, partitions: int | None = None) -> dict[str
         "render_as_batch": True,
         "compare_type": compare_type,
         "include_name": include_name(names),
+        "include_object": include_object(names),
         NAMES_KEY: names,
     }
 

@@ -17,9 +17,13 @@ no increasing sequence across nodes. So:
 
 SQLite rebuilds the three tables (create the new shape, copy, drop, rename, with
 foreign keys off: ``rebuild_guard``); Postgres and MySQL change them in place
-(add and fill the new columns, swap the keys, drop the ids). A hash-partitioned
-Postgres layout needs a rebuild (a table cannot become partitioned in place):
-it would create the new messages table partitioned and copy into it.
+(add and fill the new columns, swap the keys, drop the ids). The hash-partitioned
+Postgres layout (``partitions=N`` at upgrade: ``agents_memory._migrations._layout``)
+needs a rebuild, since a table cannot become partitioned in place: the numbered
+messages table is renamed aside, the new one created ``PARTITION BY HASH
+(session_id)`` with its ``N`` partitions (``TableNames.partition``), the rows copied
+in, the old table dropped. Its downgrade first copies the rows back into a plain
+table, then steps down as in place.
 
 The downgrade gives every item an ``id`` again, numbered by ``ROW_NUMBER() OVER
 (ORDER BY created_at, session_id, position)`` (each session's order kept), and
@@ -37,6 +41,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
+from agents_memory._migrations._layout import PARTITIONS_KEY, CreateHashPartition
+from agents_memory._tables import suffixed
 from alembic import op
 
 revision = "0006"
@@ -82,6 +88,13 @@ def _names() -> Any:  # noqa: ANN401
 
 def _dialect() -> str:
     return str(op.get_context().dialect.name)
+
+
+def _partitions() -> int | None:
+    """The hash partitions asked for (Postgres only; the runner refuses them elsewhere)."""
+    value = op.get_context().opts.get(PARTITIONS_KEY)
+
+    return int(value) if value else None
 
 
 def _now() -> Any:  # noqa: ANN401
@@ -436,14 +449,18 @@ def _server_upgrade(names: Any) -> None:  # noqa: ANN401
     op.drop_index(_ix(st, "session_id"), table_name=st)
     op.drop_index(_ix(st, "branch_id"), table_name=st)
     # 3. the items: (session_id, position) is the key; the global id goes
-    if is_mysql:
-        op.drop_column(m, "id")  # (its index on (session_id, id) keeps session_id only)
+    partitions = _partitions()
+    if partitions:
+        _rebuild_messages(names, partitions)
     else:
-        op.drop_constraint(_pk(m), m, type_="primary")
-        op.drop_column(m, "id")  # (Postgres drops the index on (session_id, id) with it)
-    op.create_primary_key(_pk(m), m, ["session_id", "position"])
-    if is_mysql:
-        op.drop_index(_ix(m, "session_id"), table_name=m)
+        if is_mysql:
+            op.drop_column(m, "id")  # (its index on (session_id, id) keeps session_id only)
+        else:
+            op.drop_constraint(_pk(m), m, type_="primary")
+            op.drop_column(m, "id")  # (Postgres drops the index on (session_id, id) with it)
+        op.create_primary_key(_pk(m), m, ["session_id", "position"])
+        if is_mysql:
+            op.drop_index(_ix(m, "session_id"), table_name=m)
     _structure_indexes(names)
     op.create_foreign_key(
         _fk(st, "session_id", m),
@@ -466,10 +483,98 @@ def _server_upgrade(names: Any) -> None:  # noqa: ANN401
     _counters(names)
 
 
+def _messages_table(names: Any, name: str, **kw: Any) -> None:  # noqa: ANN401
+    """0006's messages table under ``name`` (``kw``: Postgres' partitioning clause)."""
+    m = names.messages
+    op.create_table(
+        name,
+        sa.Column(
+            "session_id",
+            SESSION_ID,
+            sa.ForeignKey(
+                f"{names.sessions}.session_id",
+                ondelete="CASCADE",
+                name=_fk(m, "session_id", names.sessions),
+            ),
+            nullable=False,
+        ),
+        sa.Column("position", sa.BigInteger(), nullable=False, autoincrement=False),
+        sa.Column("message_data", MESSAGE_DATA, nullable=False),
+        _created_at(),
+        sa.PrimaryKeyConstraint("session_id", "position", name=_pk(m)),
+        **kw,
+    )
+
+
+def _move_rows(source: str, target: str) -> None:
+    columns = ("session_id", "position", "message_data", "created_at")
+    op.execute(
+        _t(target, *columns).insert().from_select(list(columns), sa.select(_t(source, *columns)))
+    )
+
+
+def _aside(names: Any) -> str:  # noqa: ANN401
+    """Where the messages table waits while its rows move to a table of another layout."""
+    aside = suffixed(names.messages, "_relayout")
+    op.rename_table(names.messages, aside)
+    op.drop_constraint(_pk(names.messages), aside, type_="primary")  # its name is the new one's
+    return aside
+
+
+def _rebuild_messages(names: Any, partitions: int) -> None:  # noqa: ANN401
+    """Postgres: the numbered items into a new table, hash-partitioned by session id."""
+    aside = _aside(names)
+    _messages_table(names, names.messages, postgresql_partition_by="HASH (session_id)")
+    for index in range(partitions):
+        op.execute(CreateHashPartition(names.partition(index), names.messages, partitions, index))
+    _move_rows(aside, names.messages)
+    op.drop_table(aside)
+
+
+def _unpartition(names: Any) -> None:  # noqa: ANN401
+    """Postgres: a partitioned messages table back to a plain one (0006's shape), rows kept.
+
+    Before the in-place downgrade, whose keys on ``id`` a partitioned table cannot
+    hold (its unique keys must contain the partition key).
+    """
+    m, st = names.messages, names.structure
+    op.drop_constraint(_fk(st, "session_id", m), st, type_="foreignkey")
+    aside = _aside(names)
+    _messages_table(names, m)
+    _move_rows(aside, m)
+    op.drop_table(aside)  # (its partitions with it)
+    op.create_foreign_key(
+        _fk(st, "session_id", m),
+        st,
+        m,
+        ["session_id", "message_position"],
+        ["session_id", "position"],
+        ondelete="CASCADE",
+    )
+
+
+def _partitioned(table: str) -> bool:
+    bind = op.get_bind()
+    if bind.dialect.name != "postgresql":
+        return False
+    found = bind.execute(
+        sa.text(
+            "SELECT 1 FROM pg_catalog.pg_partitioned_table p "
+            "JOIN pg_catalog.pg_class c ON c.oid = p.partrelid "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relname = :name AND n.nspname = current_schema()"
+        ),
+        {"name": table},
+    ).first()
+    return found is not None
+
+
 def _server_downgrade(names: Any) -> None:  # noqa: ANN401
     is_mysql = _dialect() in MYSQL
     m, st, u = names.messages, names.structure, names.turn_usage
     derived = names.derived_names(_dialect())
+    if _partitioned(m):
+        _unpartition(names)
     # 1. ids again, in each session's order
     op.add_column(m, sa.Column("id", sa.BigInteger(), nullable=True))
     ranked = _ranked_ids(names).subquery("r")
