@@ -291,7 +291,7 @@ async def test_every_session_operation_touches_one_partition(
     ]
     checked = 0
 
-    async def explained(statement: str, parameters: Any) -> set[str]:  # noqa: ANN401
+    async def explained(statement: str, parameters: Any) -> set[str]:
         """The partitions of the messages table in the statement's plan."""
         async with plain.connect() as conn:
             raw = (
