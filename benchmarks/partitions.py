@@ -135,11 +135,11 @@ def _raw_reader(pool: asyncpg.Pool, names: TableNames, engine: AsyncEngine) -> R
         .order_by(messages.c.position.desc())
         .limit(20)
     )
-    sql = str(latest.compile(dialect=engine.dialect))  # $1: asyncpg's own placeholder
+    sql = str(latest.compile(dialect=engine.dialect))  # $1 the session, $2 the limit
 
     async def read(sid: str) -> None:
         async with pool.acquire() as conn:
-            check(len(await conn.fetch(sql, sid)) == 20, f"raw latest-20 of {sid}")
+            check(len(await conn.fetch(sql, sid, 20)) == 20, f"raw latest-20 of {sid}")
 
     return read
 
