@@ -235,8 +235,10 @@ def _advanced_conventions(s: str, m: str) -> dict[str, str]:
         "structure_message_index": ix % {"table_name": structure, "column_0_name": "message_id"},
         # Revision 0006: every key and index of the structure table leads with session_id;
         # the convention names an index by its first column, so these two are named here.
+        # (named after its second column: shortened past a limit, a name ending in the
+        # referred table would differ from the sessions key's only in the digest)
         "structure_item_fk": fk
-        % {"table_name": structure, "column_0_name": "session_id", "referred_table_name": m},
+        % {"table_name": structure, "column_0_name": "message_position", "referred_table_name": m},
         "structure_turn_index": ix % {"table_name": structure, "column_0_name": "user_turn_number"},
         "structure_item_index": ix % {"table_name": structure, "column_0_name": "message_position"},
         "turn_usage_pk": NAMING_CONVENTION["pk"] % {"table_name": usage},

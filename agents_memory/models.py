@@ -202,6 +202,7 @@ def _build(names_: TableNames) -> Models:
                 ["session_id", "message_position"],
                 [f"{names_.messages}.session_id", f"{names_.messages}.position"],
                 ondelete="CASCADE",
+                name=conv(derived["structure_item_fk"]),
             ),
             Index(
                 conv(derived["structure_turn_index"]), "session_id", "branch_id", "user_turn_number"

@@ -6,17 +6,20 @@ pop claims its row once, and items are encoded before any write. Same schema and
 as ours (built from ``agents_memory.get_models``), same pragmas on SQLite.
 
 SQLite (aiosqlite): one writer connection behind an ``asyncio.Lock`` and one reader
-connection (WAL lets it read while the writer writes). ``add_items`` = upsert + executemany
-+ commit; reads are one ``execute_fetchall``; pop = ``DELETE ... RETURNING`` + commit.
+connection (WAL lets it read while the writer writes). ``add_items`` = upsert (bumping the
+session's ``last_position`` by the batch size, ``RETURNING`` it) + executemany + commit;
+reads are one ``execute_fetchall``; pop = ``DELETE ... RETURNING`` + commit.
 
 MySQL/MariaDB (asyncmy): a pool; ``add_items`` = session upsert (``ON DUPLICATE KEY``,
-which row-locks the session so concurrent batches stay contiguous) + executemany + commit;
+which row-locks the session so concurrent batches stay contiguous, bumping its
+``last_position``) + a read of that counter + executemany + commit;
 pop = ``SELECT ... FOR UPDATE`` + ``DELETE`` + commit (MySQL has no ``DELETE ... RETURNING``);
 clear = one ``DELETE`` of the session row, its items going by ``ON DELETE CASCADE``.
 
 Postgres (asyncpg): a pool without the per-release ``RESET ALL`` round trip (the store never
 changes session state), every operation one autocommitted statement: ``add_items`` is a
-data-modifying CTE (session upsert + ``unnest`` insert), pop a ``FOR UPDATE`` sub-select.
+data-modifying CTE (session upsert returning the bumped ``last_position`` + ``unnest``
+insert numbered below it), pop a ``FOR UPDATE`` sub-select.
 
 Through a transaction-pooling PgBouncer the same, with ``statement_cache_size=0``, asyncpg's
 documented PgBouncer setting: consecutive statements of one client may run on different
@@ -83,17 +86,19 @@ class RawSqlite:
         self.path = path
         s, m = names.sessions, names.messages
         self.upsert = (
-            f"INSERT INTO {s} (session_id) VALUES (?) ON CONFLICT (session_id) "
-            "DO UPDATE SET updated_at = CURRENT_TIMESTAMP"
+            f"INSERT INTO {s} (session_id, last_position) VALUES (?, ?) ON CONFLICT (session_id) "
+            "DO UPDATE SET updated_at = CURRENT_TIMESTAMP, "
+            "last_position = last_position + excluded.last_position RETURNING last_position"
         )
-        self.insert = f"INSERT INTO {m} (session_id, message_data) VALUES (?, ?)"
+        self.insert = f"INSERT INTO {m} (session_id, position, message_data) VALUES (?, ?, ?)"
         self.latest = (
-            f"SELECT id, message_data FROM {m} WHERE session_id = ? ORDER BY id DESC LIMIT ?"
+            f"SELECT position, message_data FROM {m} WHERE session_id = ? "
+            "ORDER BY position DESC LIMIT ?"
         )
-        self.all = f"SELECT id, message_data FROM {m} WHERE session_id = ? ORDER BY id"
+        self.all = f"SELECT position, message_data FROM {m} WHERE session_id = ? ORDER BY position"
         self.pop_sql = (
-            f"DELETE FROM {m} WHERE id = (SELECT id FROM {m} WHERE session_id = ? "
-            "ORDER BY id DESC LIMIT 1) RETURNING message_data"
+            f"DELETE FROM {m} WHERE session_id = ? AND position = (SELECT position FROM {m} "
+            "WHERE session_id = ? ORDER BY position DESC LIMIT 1) RETURNING message_data"
         )
         self.del_messages = f"DELETE FROM {m} WHERE session_id = ?"
         self.del_session = f"DELETE FROM {s} WHERE session_id = ?"
@@ -130,8 +135,9 @@ class RawSqlite:
         w = self.writer
         async with self.lock:
             try:
-                await w.execute(self.upsert, (sid,))
-                await w.executemany(self.insert, [(sid, d) for d in data])
+                ((top,),) = await w.execute_fetchall(self.upsert, (sid, len(data)))
+                first = top - len(data) + 1
+                await w.executemany(self.insert, [(sid, first + i, d) for i, d in enumerate(data)])
                 await w.commit()
             except BaseException:
                 await w.rollback()
@@ -151,7 +157,7 @@ class RawSqlite:
         w = self.writer
         async with self.lock:
             try:
-                rows = list(await w.execute_fetchall(self.pop_sql, (sid,)))
+                rows = list(await w.execute_fetchall(self.pop_sql, (sid, sid)))
                 await w.commit()
             except BaseException:
                 await w.rollback()
@@ -188,20 +194,22 @@ class RawPostgres:
         self.opened = 0
         s, m = names.sessions, names.messages
         self.append = (
-            f"WITH s AS (INSERT INTO {s} (session_id) VALUES ($1) "
-            "ON CONFLICT (session_id) DO UPDATE SET updated_at = CURRENT_TIMESTAMP "
-            "RETURNING 1) "
-            f"INSERT INTO {m} (session_id, message_data) "
-            "SELECT $1, t.d FROM unnest($2::text[]) WITH ORDINALITY AS t(d, o) "
-            "WHERE (SELECT count(*) FROM s) = 1 ORDER BY t.o"
+            f"WITH s AS (INSERT INTO {s} (session_id, last_position) VALUES ($1, $3) "
+            "ON CONFLICT (session_id) DO UPDATE SET updated_at = CURRENT_TIMESTAMP, "
+            f"last_position = {s}.last_position + $3 RETURNING last_position) "
+            f"INSERT INTO {m} (session_id, position, message_data) "
+            "SELECT $1, (SELECT last_position FROM s) - $3 + t.o, t.d "
+            "FROM unnest($2::text[]) WITH ORDINALITY AS t(d, o) ORDER BY t.o"
         )
         self.latest = (
-            f"SELECT id, message_data FROM {m} WHERE session_id = $1 ORDER BY id DESC LIMIT $2"
+            f"SELECT position, message_data FROM {m} WHERE session_id = $1 "
+            "ORDER BY position DESC LIMIT $2"
         )
-        self.all = f"SELECT id, message_data FROM {m} WHERE session_id = $1 ORDER BY id"
+        self.all = f"SELECT position, message_data FROM {m} WHERE session_id = $1 ORDER BY position"
         self.pop_sql = (
-            f"DELETE FROM {m} WHERE id = (SELECT id FROM {m} WHERE session_id = $1 "
-            "ORDER BY id DESC LIMIT 1 FOR UPDATE) RETURNING message_data"
+            f"DELETE FROM {m} WHERE session_id = $1 AND position = (SELECT position FROM {m} "
+            "WHERE session_id = $1 ORDER BY position DESC LIMIT 1 FOR UPDATE) "
+            "RETURNING message_data"
         )
         self.clear_sql = (
             f"WITH m AS (DELETE FROM {m} WHERE session_id = $1) "
@@ -234,7 +242,7 @@ class RawPostgres:
     async def add(self, sid: str, data: list[str]) -> None:
         """Upsert the session and insert the rows in one transaction."""
         if data:
-            await self.pool.execute(self.append, sid, data)
+            await self.pool.execute(self.append, sid, data, len(data))
 
     async def get(self, sid: str, limit: int | None) -> list[dict[str, Any]]:
         """One SELECT, decoded oldest first."""
@@ -262,19 +270,22 @@ class RawMysql:
         self.pool_size = pool_size
         s, m = names.sessions, names.messages
         self.upsert = (
-            f"INSERT INTO {s} (session_id) VALUES (%s) "
-            "ON DUPLICATE KEY UPDATE updated_at = CURRENT_TIMESTAMP(6)"
+            f"INSERT INTO {s} (session_id, last_position) VALUES (%s, %s) "
+            "ON DUPLICATE KEY UPDATE updated_at = CURRENT_TIMESTAMP(6), "
+            "last_position = last_position + %s"
         )
-        self.insert = f"INSERT INTO {m} (session_id, message_data) VALUES (%s, %s)"
+        self.counter = f"SELECT last_position FROM {s} WHERE session_id = %s"
+        self.insert = f"INSERT INTO {m} (session_id, position, message_data) VALUES (%s, %s, %s)"
         self.latest = (
-            f"SELECT id, message_data FROM {m} WHERE session_id = %s ORDER BY id DESC LIMIT %s"
+            f"SELECT position, message_data FROM {m} WHERE session_id = %s "
+            "ORDER BY position DESC LIMIT %s"
         )
-        self.all = f"SELECT id, message_data FROM {m} WHERE session_id = %s ORDER BY id"
+        self.all = f"SELECT position, message_data FROM {m} WHERE session_id = %s ORDER BY position"
         self.lock_newest = (
-            f"SELECT id, message_data FROM {m} WHERE session_id = %s "
-            "ORDER BY id DESC LIMIT 1 FOR UPDATE"
+            f"SELECT position, message_data FROM {m} WHERE session_id = %s "
+            "ORDER BY position DESC LIMIT 1 FOR UPDATE"
         )
-        self.delete_one = f"DELETE FROM {m} WHERE id = %s"
+        self.delete_one = f"DELETE FROM {m} WHERE session_id = %s AND position = %s"
         self.clear_sql = f"DELETE FROM {s} WHERE session_id = %s"
         self.pool: Any
         self.opened = 0
@@ -330,10 +341,24 @@ class RawMysql:
 
     async def add(self, sid: str, data: list[str]) -> None:
         """Upsert (and lock) the session, insert the rows, commit."""
-        if data:
-            await self._write(
-                [(self.upsert, (sid,), False), (self.insert, [(sid, d) for d in data], True)]
-            )
+        if not data:
+            return
+        n = len(data)
+        async with self.pool.acquire() as conn:
+            self._note(conn)
+            await conn.begin()
+            try:
+                async with conn.cursor() as cur:
+                    await cur.execute(self.upsert, (sid, n, n))
+                    await cur.execute(self.counter, (sid,))
+                    ((top,),) = await cur.fetchall()
+                    first = top - n + 1
+                    rows = [(sid, first + i, d) for i, d in enumerate(data)]
+                    await cur.executemany(self.insert, rows)
+                await conn.commit()
+            except BaseException:
+                await conn.rollback()
+                raise
 
     async def get(self, sid: str, limit: int | None) -> list[dict[str, Any]]:
         """One SELECT, decoded oldest first."""
@@ -354,7 +379,7 @@ class RawMysql:
                     await cur.execute(self.lock_newest, (sid,))
                     row = await cur.fetchone()
                     if row is not None:
-                        await cur.execute(self.delete_one, (row[0],))
+                        await cur.execute(self.delete_one, (sid, row[0]))
                 await conn.commit()
             except BaseException:
                 await conn.rollback()

@@ -35,9 +35,21 @@ def test_every_name_derives_from_the_set() -> None:
         if isinstance(c, PrimaryKeyConstraint)
     ]
     assert sorted(pks) == ["pk_chat_items", "pk_chat_sessions"]
-    (index,) = messages.indexes
-    assert index.name == names.messages_index
-    assert [c.name for c in index.columns] == ["session_id", "id"]
+    assert messages.indexes == set()  # the primary key (session_id, position) serves every read
+    assert [c.name for c in messages.primary_key.columns] == ["session_id", "position"]
+    structure = m.metadata.tables[names.structure]
+    derived = names.derived_names()
+    assert {i.name for i in structure.indexes} == {
+        derived["structure_turn_index"],
+        derived["structure_item_index"],
+    }
+    (item_fk,) = [
+        c
+        for c in structure.constraints
+        if isinstance(c, ForeignKeyConstraint) and c.referred_table is messages
+    ]
+    assert item_fk.name == derived["structure_item_fk"]
+    assert [c.name for c in item_fk.columns] == ["session_id", "message_position"]
 
 
 def test_models_are_usable_with_the_orm() -> None:

@@ -412,40 +412,22 @@ def _fork_advanced(models: Any, sid: Any, new: Any) -> tuple[Executable, Executa
     messages, structure = models.Message.__table__, models.Structure.__table__
     usage, branches = models.TurnUsage.__table__, models.Branch.__table__
     cut = bindparam("cut", type_=messages.c.position.type)
-    s = structure.c
-    columns = [
-        "message_position",
-        "branch_id",
-        "message_type",
-        "sequence_number",
-        "user_turn_number",
-        "branch_turn_number",
-        "tool_name",
-        "created_at",
-    ]
+    s, u = structure.c, usage.c
+    # every column but the session id, which becomes the fork's
+    columns = [c.name for c in structure.columns if c.name != "session_id"]
     copy_structure = insert(structure).from_select(
         ["session_id", *columns],
         select(new, *(s[c] for c in columns))
         .where(s.session_id == sid, s.message_position < cut)
         .order_by(s.branch_id, s.sequence_number),
     )
-    u = usage.c
     held = select(s.sequence_number).where(
         s.session_id == new, s.branch_id == u.branch_id, s.user_turn_number == u.user_turn_number
     )
-    counts = [
-        "user_turn_number",
-        "requests",
-        "input_tokens",
-        "output_tokens",
-        "total_tokens",
-        "input_tokens_details",
-        "output_tokens_details",
-        "created_at",
-    ]
+    counts = [c.name for c in usage.columns if c.name != "session_id"]
     copy_usage = insert(usage).from_select(
-        ["session_id", "branch_id", *counts],
-        select(new, u.branch_id, *(u[c] for c in counts))
+        ["session_id", *counts],
+        select(new, *(u[c] for c in counts))
         .where(u.session_id == sid, exists(held))
         .order_by(u.branch_id, u.user_turn_number),
     )

@@ -52,6 +52,7 @@ depends_on = None
 
 # Frozen copies of the types at this revision (never import the live models here).
 MYSQL = ("mysql", "mariadb")
+PG_NAME_LIMIT = 63
 ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 SESSION_ID = sa.String(255)
 BRANCH_ID = sa.String(255)
@@ -184,7 +185,7 @@ def _create_head(names: Any, temp: dict[str, str]) -> None:  # noqa: ANN401
             ["session_id", "message_position"],
             [f"{names.messages}.session_id", f"{names.messages}.position"],
             ondelete="CASCADE",
-            name=_fk(names.structure, "session_id", names.messages),
+            name=_fk(names.structure, "message_position", names.messages),
         ),
     )
     op.create_table(
@@ -463,7 +464,7 @@ def _server_upgrade(names: Any) -> None:  # noqa: ANN401
             op.drop_index(_ix(m, "session_id"), table_name=m)
     _structure_indexes(names)
     op.create_foreign_key(
-        _fk(st, "session_id", m),
+        _fk(st, "message_position", m),
         st,
         m,
         ["session_id", "message_position"],
@@ -595,7 +596,7 @@ def _server_downgrade(names: Any) -> None:  # noqa: ANN401
         )
     )
     # 2. the items keyed by id (auto-increment continuing after the largest)
-    op.drop_constraint(_fk(st, "session_id", m), st, type_="foreignkey")
+    op.drop_constraint(_fk(st, "message_position", m), st, type_="foreignkey")
     op.drop_index(op.f(derived["structure_item_index"]), table_name=st)
     op.drop_index(op.f(derived["structure_turn_index"]), table_name=st)
     op.create_index(_ix(m, "session_id"), m, ["session_id", "id"])
@@ -630,7 +631,9 @@ def _serial(table: str) -> None:
     Core has no construct for a sequence's owner or a ``regclass`` default: these
     three statements are written out, every identifier quoted by the dialect.
     """
-    seq = f"{table}_id_seq"
+    # Named as Postgres names a SERIAL column's sequence: the table's name cut to fit.
+    suffix = "_id_seq"
+    seq = f"{table[: PG_NAME_LIMIT - len(suffix)]}{suffix}"
     op.execute(sa.schema.CreateSequence(sa.Sequence(op.f(seq))))
     regclass = _quoted(seq).replace("'", "''")
     op.alter_column(
@@ -643,7 +646,8 @@ def _serial(table: str) -> None:
     op.execute(sa.text(f"ALTER SEQUENCE {_quoted(seq)} OWNED BY {_quoted(table)}.id"))
     column = _t(table, "id")
     top = sa.select(sa.func.coalesce(sa.func.max(column.c.id), 0) + 1).scalar_subquery()
-    op.execute(sa.select(sa.func.setval(sa.literal_column(f"'{regclass}'::regclass"), top, False)))
+    seq_class = sa.literal_column(f"'{regclass}'::regclass")
+    op.execute(sa.select(sa.func.setval(seq_class, top, sa.false())))
 
 
 def _quoted(name: str) -> str:

@@ -4,12 +4,13 @@ A distributed SQL engine (Citus, Vitess, YugabyteDB, CockroachDB, TiDB) shards a
 table by a column; a primary or unique key must contain it (Citus, Vitess) and
 a lookup routes to one shard only when the index it uses leads with it. This
 test records the truth at head, on every database, from SQLAlchemy's
-inspector, so a revision that changes a key (issue 17's per-session position
-is planned, not shipped) has to update it here: any change fails.
+inspector, so a revision that changes a key has to update it here: any change
+fails.
 
-Today: the messages, structure and turn usage tables have the global
-auto-increment ``id`` alone as primary key, which is what blocks
-``create_distributed_table(..., 'session_id')`` on them (docs/scaling.md).
+Since revision 0006 (issue 17) items are keyed by ``(session_id, position)``, and
+every primary key, unique key and index of our tables leads with ``session_id``,
+except the sessions table's two listing indexes (``updated_at``, ``expires_at``):
+non-unique, and serving listings that read every shard anyway (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -38,18 +39,15 @@ EXPECTED: dict[str, set[Key]] = {
         _key("index", ["expires_at"]),
     },
     "messages": {
-        _key("primary key", ["id"]),  # the global id alone: blocks sharding by session
-        _key("index", ["session_id", "id"]),
+        _key("primary key", ["session_id", "position"]),
     },
     "structure": {
-        _key("primary key", ["id"]),
-        _key("index", ["session_id", "branch_id", "sequence_number"]),
-        _key("index", ["branch_id", "session_id", "user_turn_number"]),
-        _key("index", ["message_id"]),
+        _key("primary key", ["session_id", "branch_id", "sequence_number"]),
+        _key("index", ["session_id", "branch_id", "user_turn_number"]),
+        _key("index", ["session_id", "message_position"]),
     },
     "turn_usage": {
-        _key("primary key", ["id"]),
-        _key("unique", ["session_id", "branch_id", "user_turn_number"]),
+        _key("primary key", ["session_id", "branch_id", "user_turn_number"]),
     },
     "branches": {
         _key("primary key", ["session_id", "branch_id"]),
@@ -91,5 +89,13 @@ async def test_which_keys_lead_with_session_id(engine: AsyncEngine, names: Table
     async with engine.connect() as conn:
         found = await conn.run_sync(lambda c: _schema(c, names))
     assert found == EXPECTED
-    leading = {role for role, keys in found.items() for k in keys if k[0] == "primary key" and k[2]}
-    assert leading == {"sessions", "branches"}  # primary keys a sharded engine could route on
+    listing = {_key("index", ["updated_at"]), _key("index", ["expires_at"])}
+    not_leading = {
+        (role, k)
+        for role, keys in found.items()
+        for k in keys
+        if not k[2] and role != "version_table"
+    }
+    # every key a sharded engine must route on leads with session_id; only the sessions
+    # table's primary key is session_id alone, and its listing indexes are the exceptions
+    assert not_leading == {("sessions", k) for k in listing}

@@ -8,7 +8,27 @@ import sys
 import textwrap
 from typing import Any
 
-from agents_memory import SessionStore
+from sqlalchemy import select
+
+from agents_memory import SessionStore, get_models
+
+
+async def stored(store: SessionStore, session_id: str) -> tuple[list[tuple[int, str]], int]:
+    """``([(position, message_data), ...] by position, the session's last_position)``."""
+    models = get_models(store.table_names)
+    m, s = models.Message.__table__, models.Session.__table__
+    async with store.engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                select(m.c.position, m.c.message_data)
+                .where(m.c.session_id == session_id)
+                .order_by(m.c.position)
+            )
+        ).all()
+        top = (
+            await conn.execute(select(s.c.last_position).where(s.c.session_id == session_id))
+        ).scalar_one()
+    return [(int(p), str(d)) for p, d in rows], int(top)
 
 
 def assert_batches_contiguous(items: list[dict[str, Any]], writers: int, batches: int, size: int):
@@ -39,6 +59,14 @@ async def test_concurrent_writers_one_session(store: SessionStore) -> None:
     await asyncio.gather(*(writer(w) for w in range(writers)))
     items = await store.session("shared").get_items()
     assert_batches_contiguous(items, writers, batches, size)
+    # the positions the session's counter handed out: unique, gap-free, one run per batch
+    rows, top = await stored(store, "shared")
+    total = writers * batches * size
+    assert [p for p, _ in rows] == list(range(1, total + 1))
+    assert top == total
+    for start in range(0, total, size):
+        batch = {str(i["w"]) + "/" + str(i["b"]) for i in items[start : start + size]}
+        assert len(batch) == 1  # positions start+1 to start+size hold one batch
 
 
 async def test_concurrent_writers_many_sessions(store: SessionStore) -> None:
@@ -67,6 +95,11 @@ async def test_concurrent_pops_claim_each_item_once(store: SessionStore) -> None
     await asyncio.gather(*(popper() for _ in range(16)))
     assert sorted(popped) == list(range(300))
     assert await s.get_items() == []
+    rows, top = await stored(store, "q")
+    assert rows == []
+    assert top == 300  # the counter never goes back: a popped position is not handed out again
+    await s.add_items([{"n": "next"}])
+    assert (await stored(store, "q"))[0] == [(301, '{"n":"next"}')]
 
 
 async def test_mixed_readers_writers_and_poppers(store: SessionStore) -> None:
@@ -135,3 +168,6 @@ async def test_several_processes_on_one_database(file_backend: Any, store: Sessi
         assert p.returncode == 0, err.decode()
     items = await store.session("shared").get_items()
     assert_batches_contiguous(items, 4, 30, 5)
+    rows, top = await stored(store, "shared")
+    assert [p for p, _ in rows] == list(range(1, 4 * 30 * 5 + 1))
+    assert top == 4 * 30 * 5

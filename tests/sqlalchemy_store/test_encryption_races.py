@@ -16,9 +16,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import raw_rows
 from encrypted_stores import store_on
 from encrypted_stores import stored as _rows
-from sqlalchemy import func, insert, select, text, update
+from sqlalchemy import insert, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agents_memory import Keyring, MissingKeyError, SessionStore, TableNames, get_models
@@ -99,15 +100,15 @@ async def test_clear_waits_for_a_writer_under_another_key_then_refuses(
     """Postgres' one-statement clear (a plaintext session) and the checked clear alike."""
     clearing = store_on(engine, names, OLD)
     await _seed(clearing, prior)
-    models = get_models(names)
-    s, m = models.Session.__table__, models.Message.__table__
+    m = get_models(names).Message.__table__
     async with _open_transaction(engine) as writer:
-        # what an append does: lock (update) the session row, then insert its item
-        await writer.execute(
-            update(s).where(s.c.session_id == "u").values(updated_at=func.current_timestamp())
-        )
+        # what an append does: lock (update) the session row, taking the next position,
+        # then insert its item there
+        position = await raw_rows.next_position(writer, names, "u")
         sealed = NEW.encrypt(encode_item({"n": "new"}))
-        await writer.execute(insert(m).values(session_id="u", message_data=sealed))
+        await writer.execute(
+            insert(m).values(session_id="u", position=position, message_data=sealed)
+        )
         task = asyncio.ensure_future(clearing.session("u").clear_session())
         await _until_waiting(engine, server, names.sessions, task)
     with pytest.raises(MissingKeyError) as caught:

@@ -64,8 +64,11 @@ async def test_deadlock_victim_is_retried(backend: Any, store: SessionStore) -> 
         async with other.connect() as conn:
             await conn.execute(text(f"INSERT INTO {sessions} (session_id) VALUES ('heavy')"))
             await conn.execute(
-                text(f"INSERT INTO {messages} (session_id, message_data) VALUES ('heavy', '{{}}')"),
-                [{}] * 50,
+                text(
+                    f"INSERT INTO {messages} (session_id, position, message_data) "
+                    "VALUES ('heavy', :p, '{}')"
+                ),
+                [{"p": p} for p in range(1, 51)],
             )
             await conn.execute(
                 text(f"SELECT position FROM {messages} WHERE session_id = 'q' FOR UPDATE")
