@@ -59,7 +59,8 @@ def _run_on(
             before = context.get_context().get_current_revision()
             context.run_migrations()
             after = context.get_context().get_current_revision()
-            check_layout(connection, names, partitions)
+            if upgrading:
+                check_layout(context.get_context(), names, layout)
     if after is None and before is not None:  # downgraded to base: the lock table goes too
         drop_lock_table(connection, names)  # (committed with the rest: commit=True below)
     moved = (

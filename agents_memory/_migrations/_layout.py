@@ -27,6 +27,9 @@ PARTITIONS_ENV = "AGENTS_MEMORY_PARTITIONS"
 PARTITIONS_KEY = "agents_memory_partitions"
 """Key under which the revision scripts find the layout: ``op.get_context().opts[...]``."""
 
+BUILT_AT = "0006"
+"""The revision that builds the messages table on session-led keys, in the layout asked for."""
+
 MIN_PARTITIONS = 2
 MAX_PARTITIONS = 1024
 """Bounds on ``N``: one partition is the plain table with extra steps; past 1,024 the

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.types import TypeEngine
 
 from agents_memory._databases import database_for
-from agents_memory._migrations._layout import MAX_PARTITIONS, PARTITIONS_KEY, Layout
+from agents_memory._migrations._layout import BUILT_AT, MAX_PARTITIONS, PARTITIONS_KEY, Layout
 from agents_memory._migrations._lock import LockMode, choose, drop_statement
 from agents_memory._migrations._preflight import check_tables
 from agents_memory._migrations._scripts import script_directory
@@ -138,15 +138,30 @@ def wanted_partitions(connection: Connection, layout: Layout) -> int | None:
     return layout.partitions
 
 
-def check_layout(connection: Connection, names: TableNames, partitions: int | None) -> None:
+def check_layout(context: MigrationContext, names: TableNames, layout: Layout) -> None:
     """After the revisions ran: the messages table has the partitions asked for, or ``ValueError``.
 
-    The layout is chosen when revision 0006 builds the table; a database already
-    past it keeps its own. Raised inside the migrating transaction, so on Postgres
-    (transactional DDL) nothing of this run is kept.
+    The layout is chosen when revision ``BUILT_AT`` builds that table; a database
+    already past it keeps its own. A run that stops below it cannot honour an
+    explicit ``partitions=`` (the environment's default waits for a later run).
+    Raised inside the migrating transaction, so on Postgres (transactional DDL)
+    nothing of this run is kept.
     """
+    connection = context.bind
+    assert connection is not None  # noqa: S101 - configured with one
+    partitions = wanted_partitions(connection, layout)
     if partitions is None:
         return
+    at = context.get_current_revision()
+    if BUILT_AT not in _lineage(at):
+        if not layout.explicit:
+            return
+        msg = (
+            f"partitions={partitions}: the layout is chosen when revision {BUILT_AT} builds "
+            f"the messages table, and this run stopped at {at or 'base'}; upgrade to "
+            f"{BUILT_AT} or head with it"
+        )
+        raise ValueError(msg)
     db = database_for(connection.dialect.name)
     have = db.partition_count(connection, names.messages)
     if have == partitions:
@@ -154,12 +169,23 @@ def check_layout(connection: Connection, names: TableNames, partitions: int | No
     built = f"{have} hash partitions" if have else "no partitions (the plain layout)"
     msg = (
         f"messages table {names.messages!r} has {built}, not {partitions}: the layout is "
-        "chosen when revision 0006 builds that table, and this database has it already. "
+        f"chosen when revision {BUILT_AT} builds that table, and this database has it already. "
         "To rebuild it with another layout, keeping every row: "
-        "`agents-memory db downgrade 0005` with the same --url and table options, then "
-        f"`agents-memory db upgrade --partitions {partitions}`"
+        f"`agents-memory db downgrade {_before(BUILT_AT)}` with the same --url and table "
+        f"options, then `agents-memory db upgrade --partitions {partitions}`"
     )
     raise ValueError(msg)
+
+
+def _lineage(revision: str | None) -> set[str]:
+    """``revision`` and every revision below it."""
+    script = script_directory()
+    return {r.revision for r in script.iterate_revisions(revision, "base")} if revision else set()
+
+
+def _before(revision: str) -> str:
+    down = script_directory().get_revision(revision).down_revision
+    return str(down) if down else "base"
 
 
 def sqlite_foreign_keys_off(connection: Connection) -> contextlib.AbstractContextManager[None]:
@@ -205,10 +231,11 @@ def run_lineage(
             return script._downgrade_revs(revision, rev)  # noqa: SLF001 - as alembic.command does
         return script._upgrade_revs(revision, rev)  # noqa: SLF001
 
-    partitions = wanted_partitions(connection, layout or Layout())
+    layout = layout or Layout()
+    partitions = None if downgrade else wanted_partitions(connection, layout)
     ours = not connection.in_transaction()
     with sqlite_foreign_keys_off(connection):
-        opts = migration_opts(names, None if downgrade else partitions)
+        opts = migration_opts(names, partitions)
         context = MigrationContext.configure(
             connection, opts={**opts, "fn": steps, "script": script}
         )
@@ -221,7 +248,7 @@ def run_lineage(
             carry_on_legacy_lineage(Operations(context), names)
             context.run_migrations()
             if not downgrade:
-                check_layout(connection, names, partitions)
+                check_layout(context, names, layout)
         if ours and connection.in_transaction():
             # Commit before the guard switches foreign keys back on: SQLite ignores the
             # pragma inside a transaction, and the connection would go back to the pool

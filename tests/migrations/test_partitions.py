@@ -322,3 +322,21 @@ async def test_every_session_operation_touches_one_partition(
         await advanced.close()
         await store.close()
     assert checked >= len(operations)  # each operation ran statements on the messages table
+
+
+async def test_a_run_that_stops_below_the_building_revision(
+    backend: Any, engine: AsyncEngine, names: TableNames, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Explicit partitions cannot be honoured there (refused, nothing kept); the default waits."""
+    _postgres(backend)
+    kw = {"sessions_table": names.sessions, "messages_table": names.messages}
+    monkeypatch.delenv(PARTITIONS_ENV, raising=False)
+    with pytest.raises(ValueError, match="stopped at 0003"):
+        await migrations.upgrade(engine, revision="0003", partitions=4, **kw)
+    assert await migrations.current(engine, **kw) is None
+
+    monkeypatch.setenv(PARTITIONS_ENV, "4")
+    await migrations.upgrade(engine, revision="0003", **kw)
+    assert await migrations.current(engine, **kw) == "0003"
+    await migrations.upgrade(engine, **kw)  # past 0006 now: the default builds the layout
+    assert len(await _partitions(engine, names)) == 4
