@@ -397,7 +397,7 @@ class SQLiteSession(SessionBase):
         if compaction.declined(type(self), SQLiteSession):
             return None
         limit = compaction.check_limit(limit)
-        sql = compaction.compiled(self._names, lite.DIALECT)
+        sql = compaction.compiled(self._names, lite.DIALECT, self._expiry)
         sid, keyring = self.session_id, self._keyring
 
         def read(conn: sqlite3.Connection) -> list[Any]:

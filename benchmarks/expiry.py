@@ -3,10 +3,12 @@
 On migrated tables (which have ``expires_at``) the store runs the expiry variant
 of its statements: reads and pops probe the session row's deadline, an append
 renews it or starts an expired session afresh. Tables never migrated keep the
-plain statements (main's before expiry). This runs both variants on the same
-tables, store and process, alternating rounds so drift and load hit both alike:
+plain statements (main's before expiry). This runs the variants in one process,
+alternating rounds so drift and load hit them alike:
 
-* ``plain``: the statements without expiry (``Database.statements(expiry=False)``);
+* ``plain``: the statements without expiry (``Database.statements(expiry=False)``),
+  since revision 0006 the legacy ones, so on tables of the Agents SDK's shape (items
+  keyed by a global ``id``, ``models.legacy_tables``) beside the migrated ones;
 * ``expiry``: the variant, ``ttl`` off (what every migrated store runs);
 * ``ttl``: the variant with a store ``ttl`` (each append also sets the deadline).
 
@@ -32,16 +34,19 @@ from sqlalchemy.schema import DropTable
 
 from agents_memory import SessionStore, TableNames
 from agents_memory._sqlalchemy._store import backend_of
+from agents_memory.models import legacy_tables
 from benchmarks.run import DEFAULT_MYSQL, DEFAULT_PG
 
 NAMES = TableNames("expiry_bench_sessions", "expiry_bench_messages")
+LEGACY = TableNames("expiry_bench_sdk_sessions", "expiry_bench_sdk_messages")
+"""Tables the Agents SDK would make (never migrated): where the plain statements run."""
 VARIANTS = ("plain", "expiry", "ttl")
 
 
 def _use(store: SessionStore, variant: str) -> None:
-    """Point the store's backend at one variant (the benchmark's only private reach)."""
+    """Point the migrated store's backend at ``expiry`` or ``ttl`` (the only private reach)."""
     backend = backend_of(store)
-    backend.expiry = variant != "plain"
+    backend.expiry = True
     backend.ttl = dt.timedelta(hours=1) if variant == "ttl" else None
     backend._ops.clear()  # noqa: SLF001 - rebuilt for the chosen variant
 
@@ -59,29 +64,40 @@ async def run_target(url: str, rounds: int, n: int) -> dict[str, dict[str, float
     async with SessionStore.from_url(
         url, create_tables=True, sessions_table=NAMES.sessions, messages_table=NAMES.messages
     ) as store:
+        async with store.engine.begin() as conn:
+            await conn.run_sync(legacy_tables(LEGACY)[0].metadata.create_all)
+        legacy = SessionStore(
+            store.engine, sessions_table=LEGACY.sessions, messages_table=LEGACY.messages
+        )
         try:
-            reader = store.session("reader")
-            await reader.clear_session()
-            await reader.add_items([{"role": "user", "content": f"m{i}"} for i in range(200)])
+            readers = {}
+            for which in (store, legacy):
+                reader = readers[which] = which.session("reader")
+                await reader.clear_session()
+                await reader.add_items([{"role": "user", "content": f"m{i}"} for i in range(200)])
             for r in range(rounds):
                 order = VARIANTS if r % 2 == 0 else tuple(reversed(VARIANTS))
                 for variant in order:
-                    _use(store, variant)
-                    s = store.session(f"w-{variant}")
+                    on = legacy if variant == "plain" else store
+                    if on is store:
+                        _use(store, variant)
+                    reader = readers[on]
+                    s = on.session(f"w-{variant}")
                     item = [{"role": "user", "content": "hello"}]
                     await s.add_items(item)  # warm (prepared statements, connections)
                     ops: dict[str, Callable[[], Awaitable[object]]] = {
                         "add_items(1)": lambda s=s, item=item: s.add_items(item),
-                        "get_items(20)": lambda: reader.get_items(limit=20),
+                        "get_items(20)": lambda reader=reader: reader.get_items(limit=20),
                         "pop_item": s.pop_item,
                     }
                     for name, op in ops.items():
                         us = await _time(op, n)
                         samples.setdefault(name, {}).setdefault(variant, []).append(us)
         finally:
-            _use(store, "plain")
+            _use(store, "expiry")
             async with store.engine.begin() as conn:  # leave no table behind
-                for name in (*reversed(NAMES.tables), NAMES.version_table):
+                names = (*reversed(NAMES.tables), NAMES.version_table, *reversed(LEGACY.tables))
+                for name in names:
                     await conn.execute(DropTable(Table(name, MetaData()), if_exists=True))
     return {op: {v: statistics.median(xs) for v, xs in per.items()} for op, per in samples.items()}
 

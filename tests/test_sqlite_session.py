@@ -301,6 +301,37 @@ async def test_agents_sdk_sqlite_files_are_shared(tmp_path: Path) -> None:
         sdk.close()
 
 
+async def test_agents_sdk_files_keep_their_id_order(tmp_path: Path) -> None:
+    """The SDK's tables (items keyed by a global id) are used as they are, ordered by that id.
+
+    Appends, pops, a replace and a compaction swap interleaved across two sessions,
+    through ours and the SDK's class alike; nothing is migrated or stamped.
+    """
+    path = tmp_path / "sdk.db"
+    sdk = sdk_memory.SQLiteSession("a", path)
+    try:
+        with SQLiteSession("a", path) as a, SQLiteSession("b", path) as b:
+            for i in range(3):
+                await a.add_items([msg(i)])
+                await b.add_items([msg(10 + i)])
+                await sdk.add_items([msg(20 + i)])
+            assert await a.get_items() == [msg(0), msg(20), msg(1), msg(21), msg(2), msg(22)]
+            assert await a.pop_item() == msg(22)
+            snapshot = await a._get_compaction_snapshot(2)
+            assert snapshot is not None
+            assert snapshot.items == [msg(21), msg(2)]
+            assert await snapshot.replace_suffix(0, [msg(99)])
+            assert await sdk.get_items() == [msg(0), msg(20), msg(1), msg(99)]
+            await b.replace_items([msg(5), msg(6)])
+            assert await b.get_items() == [msg(5), msg(6)]
+        assert not any(
+            "position" in (r[0] or "") for r in query(path, "SELECT sql FROM sqlite_master")
+        )
+        assert "agent_sessions_version" not in _tables(path)
+    finally:
+        sdk.close()
+
+
 # -- concurrency ------------------------------------------------------------------------------
 
 

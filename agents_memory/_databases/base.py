@@ -73,7 +73,7 @@ class Statements:
     """The protocol's statements for one table-name set on one database, built from the models.
 
     Every field but the tables is an ``Executable`` whose bind parameter names are
-    the contract with the operation bodies: ``sid``, ``data``, ``n``, ``after``,
+    the contract with the operation bodies: ``sid``, ``data``, ``n``, ``pos``, ``after``,
     ``before``, ``id`` and, where the database takes the clock from the client
     (SQLite), ``now``.
     """
@@ -86,17 +86,17 @@ class Statements:
     insert_message: Executable
     """One item row; run with many parameter sets (``sid``, ``data``, at head ``pos``)."""
     select_all: Executable
-    """Every ``(id, message_data)`` oldest first (``sid``)."""
+    """Every ``(position, message_data)`` oldest first (``sid``; legacy tables: ``id``)."""
     select_latest: Executable
     """The newest ``n`` rows, newest first (``sid``, ``n``)."""
     select_after: Executable
-    """Up to ``n`` rows above id ``after``, oldest first (``sid``, ``after``, ``n``)."""
+    """Up to ``n`` rows above position ``after``, oldest first (``sid``, ``after``, ``n``)."""
     select_older: Executable
-    """Up to ``n`` rows below id ``before``, newest first (``sid``, ``before``, ``n``)."""
+    """Up to ``n`` rows below position ``before``, newest first (``sid``, ``before``, ``n``)."""
     pop: Executable
     """Remove and return the newest row, or (MySQL) select and lock it (``sid``)."""
     delete_row: Executable
-    """Delete one row by id (``id``): MySQL's second half of a pop."""
+    """Delete one row of ``sid`` by its position (``id``): MySQL's second half of a pop."""
     delete_messages: Executable
     """All items of a session (``sid``)."""
     delete_session: Executable
@@ -112,9 +112,10 @@ class Statements:
     fork_session: Executable | None = None
     """A new session row (``new``) copying the metadata of ``sid``; returns its id where it can."""
     fork_cut: Executable | None = None
-    """The id of the ``skip``-th (0-based) user item of ``sid``: where turn ``skip + 1`` starts."""
+    """The position of the ``skip``-th (0-based) user item of ``sid``: where turn ``skip + 1``
+    starts."""
     fork_items: Executable | None = None
-    """Copy ``sid``'s items below id ``cut`` to ``new``, in order, on the database."""
+    """Copy ``sid``'s items below position ``cut`` to ``new``, positions kept, on the database."""
     fork_structure: Executable | None = None
     """After ``fork_items``: the advanced sessions' turn rows of the copied items, for ``new``."""
     fork_usage: Executable | None = None
@@ -868,9 +869,11 @@ class Database:
     def statements(cls, names: TableNames, expiry: bool = False) -> Statements:
         """The statements of ``names`` on this database (built once per name set and variant).
 
-        ``expiry``: the variant for tables with ``expires_at`` (at head): expired
-        sessions read as empty and a write renews or restarts them. The plain
-        statements (``False``) are main's, for tables never migrated.
+        ``expiry``: the head variant (revision 0006): items keyed by ``(session_id,
+        position)`` from the session row's counter, expired sessions read as empty and
+        a write renews or restarts them. ``False``: the legacy statements, for tables
+        the Agents SDK or the seed created and nobody migrated (items keyed by a
+        global ``id``, no expiry).
         """
         return cls._build_statements(names, expiry)
 
@@ -950,8 +953,8 @@ class Database:
         """The operations on ``engine``: on the driver where possible, else through SQLAlchemy.
 
         ``keyring`` opens encrypted rows where an operation must read one before it
-        deletes it (pop) or must know it could (clear). ``expiry``: run the
-        statements of that variant (:meth:`statements`), chosen by the schema check.
+        deletes it (pop) or must know it could (clear). ``expiry``: run the head
+        variant's statements (:meth:`statements`), chosen by the schema check.
         """
         raise NotImplementedError
 

@@ -14,12 +14,12 @@ second prune, and when killed at any moment:
   A session with more items than one batch first loses its oldest items in
   batches (each guarded by the same condition), so a kill leaves it a contiguous
   newest suffix, and a write arriving meanwhile stops the deletion.
-* **Trimming a session** to its newest ``N``: at the start of the trim, the id of
-  its ``N``-th newest item is read (``keep_from``); only items with a smaller id
-  are deleted, oldest first, in batches. Items are numbered by an auto-increment
-  id and appends to one session are serialised by its session row, so an item
-  added after the trim started has a larger id and is never deleted, and what is
-  left is always a newest suffix.
+* **Trimming a session** to its newest ``N``: at the start of the trim, the position
+  of its ``N``-th newest item is read (``keep_from``); only items at a smaller
+  position are deleted, oldest first, in batches. Items take their positions from
+  their session row's counter, which only grows, under that row's lock, so an item
+  added after the trim started has a larger position and is never deleted, and what
+  is left is always a newest suffix.
 
 Two prunes at once delete the same rows; a row already gone is simply not
 counted twice (each report counts what its own statements deleted).
@@ -276,7 +276,7 @@ class _Pruner:
                     await self._trim(sid, keep)
 
     async def _nth_oldest(self, sid: str, below: int) -> int | None:
-        """The id of the ``ITEM_BATCH``-th oldest item below ``below``, or the last one."""
+        """The position of the ``ITEM_BATCH``-th oldest item below ``below``, or the last one."""
         m = self.m.c
         mine = m.session_id == bindparam("sid", type_=m.session_id.type)
         where = and_(mine, m.position < below)

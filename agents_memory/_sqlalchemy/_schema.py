@@ -61,7 +61,7 @@ def schema_errors(engine: AsyncEngine, names: TableNames) -> Iterator[None]:
 
 
 _ready: weakref.WeakKeyDictionary[Engine, dict[TableNames, bool]] = weakref.WeakKeyDictionary()
-"""Name sets checked per engine, and whether their sessions table has ``expires_at``."""
+"""Name sets checked per engine, and whether their tables are at head (else legacy)."""
 _locks: weakref.WeakKeyDictionary[Engine, LoopSpanningLock] = weakref.WeakKeyDictionary()
 """One schema check at a time per engine, whatever loop or thread runs it."""
 _locks_guard = threading.Lock()
@@ -96,11 +96,12 @@ def _not_ready(
 
 
 async def ensure_schema(engine: AsyncEngine, names: TableNames, *, create: bool) -> bool:
-    """Make sure the schema of ``names`` is at head, once per engine; whether it has expiry.
+    """Make sure the schema of ``names`` is at head, once per engine; whether it is.
 
     The answer (``True`` at head, ``False`` for tables used as they are) is the
     one place the statement variant is chosen (``Database.statements(expiry=)``):
-    tables never migrated have no ``expires_at`` column and keep the plain ones.
+    tables never migrated (the Agents SDK's, the seed's) have no ``expires_at`` and
+    key their items by a global ``id``, and keep the legacy statements.
 
     With ``create`` the migrations run (the same scripts as ``agents-memory db
     upgrade``); otherwise the version table is read once and a missing or

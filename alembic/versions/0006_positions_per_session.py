@@ -23,7 +23,7 @@ needs a rebuild, since a table cannot become partitioned in place: the numbered
 messages table is renamed aside, the new one created ``PARTITION BY HASH
 (session_id)`` with its ``N`` partitions (``TableNames.partition``), the rows copied
 in, the old table dropped. Its downgrade first copies the rows back into a plain
-table, then steps down as in place.
+table, then steps down in place.
 
 The downgrade gives every item an ``id`` again, numbered by ``ROW_NUMBER() OVER
 (ORDER BY created_at, session_id, position)`` (each session's order kept), and
@@ -94,7 +94,6 @@ def _dialect() -> str:
 def _partitions() -> int | None:
     """The hash partitions asked for (Postgres only; the runner refuses them elsewhere)."""
     value = op.get_context().opts.get(PARTITIONS_KEY)
-
     return int(value) if value else None
 
 
@@ -116,6 +115,31 @@ def _fk(table: str, column: str, referred: str) -> Any:  # noqa: ANN401
 
 def _ix(table: str, column: str) -> Any:  # noqa: ANN401
     return op.f(IX % {"table_name": table, "column_0_name": column})
+
+
+def _pk_of(table: str) -> Any:  # noqa: ANN401
+    """The primary key's name as the table has it.
+
+    0001 adopted tables the Agents SDK or the seed created with their own key names
+    (Postgres' ``<table>_pkey``), so only ours are sure to follow the convention.
+    """
+    if op.get_context().as_sql:
+        return _pk(table)
+    name = sa.inspect(op.get_bind()).get_pk_constraint(table).get("name")
+    return name or _pk(table)
+
+
+def _indexes_on(table: str, columns: list[str]) -> list[str]:
+    """The names of ``table``'s indexes on exactly ``columns`` (MySQL: what is left of one)."""
+    if op.get_context().as_sql:
+        return [_ix(table, columns[0])]
+    found = sa.inspect(op.get_bind()).get_indexes(table)
+    return [str(i["name"]) for i in found if list(i["column_names"]) == columns]
+
+
+def _copy(target: str, columns: list[str], rows: sa.Select[Any]) -> None:
+    """``INSERT INTO target (columns) <rows>``: SQLite's copies into the rebuilt tables."""
+    op.execute(_t(target, *columns).insert().from_select(columns, rows))
 
 
 def _t(name: str, *columns: str) -> sa.TableClause:
@@ -297,35 +321,26 @@ def _sqlite_upgrade(names: Any) -> None:  # noqa: ANN401
     _create_head(names, temp)
     ranked = _ranked_items(names).subquery("r")
     old = _t(names.messages, "id", "session_id", "message_data", "created_at")
-    op.execute(
-        _t(temp["messages"], "session_id", "position", "message_data", "created_at")
-        .insert()
-        .from_select(
-            ["session_id", "position", "message_data", "created_at"],
-            sa.select(ranked.c.session_id, ranked.c.position, old.c.message_data, old.c.created_at)
-            .join_from(old, ranked, ranked.c.id == old.c.id)
-            .order_by(ranked.c.session_id, ranked.c.position),
-        )
+    _copy(
+        temp["messages"],
+        ["session_id", "position", "message_data", "created_at"],
+        sa.select(ranked.c.session_id, ranked.c.position, old.c.message_data, old.c.created_at)
+        .join_from(old, ranked, ranked.c.id == old.c.id)
+        .order_by(ranked.c.session_id, ranked.c.position),
     )
     st = _t(names.structure, "id", "session_id", "message_id", *STRUCTURE_DATA)
-    op.execute(
-        _t(temp["structure"], "session_id", "message_position", *STRUCTURE_DATA)
-        .insert()
-        .from_select(
-            ["session_id", "message_position", *STRUCTURE_DATA],
-            sa.select(st.c.session_id, ranked.c.position, *(st.c[c] for c in STRUCTURE_DATA))
-            .join_from(st, ranked, ranked.c.id == st.c.message_id)
-            .order_by(st.c.id),
-        )
+    _copy(
+        temp["structure"],
+        ["session_id", "message_position", *STRUCTURE_DATA],
+        sa.select(st.c.session_id, ranked.c.position, *(st.c[c] for c in STRUCTURE_DATA))
+        .join_from(st, ranked, ranked.c.id == st.c.message_id)
+        .order_by(st.c.id),
     )
     usage = _t(names.turn_usage, "id", *USAGE_KEY, *USAGE_DATA)
-    op.execute(
-        _t(temp["usage"], *USAGE_KEY, *USAGE_DATA)
-        .insert()
-        .from_select(
-            [*USAGE_KEY, *USAGE_DATA],
-            sa.select(*(usage.c[c] for c in (*USAGE_KEY, *USAGE_DATA))).order_by(usage.c.id),
-        )
+    _copy(
+        temp["usage"],
+        [*USAGE_KEY, *USAGE_DATA],
+        sa.select(*(usage.c[c] for c in (*USAGE_KEY, *USAGE_DATA))).order_by(usage.c.id),
     )
     _swap(names, temp)
     _structure_indexes(names)
@@ -339,50 +354,39 @@ def _sqlite_downgrade(names: Any) -> None:  # noqa: ANN401
     _create_0005(names, temp)
     ranked = _ranked_ids(names).subquery("r")
     new = _t(names.messages, "session_id", "position", "message_data", "created_at")
-    op.execute(
-        _t(temp["messages"], "id", "session_id", "message_data", "created_at")
-        .insert()
-        .from_select(
-            ["id", "session_id", "message_data", "created_at"],
-            sa.select(ranked.c.id, new.c.session_id, new.c.message_data, new.c.created_at)
-            .join_from(
-                new,
-                ranked,
-                sa.and_(
-                    ranked.c.session_id == new.c.session_id, ranked.c.position == new.c.position
-                ),
-            )
-            .order_by(ranked.c.id),
+    _copy(
+        temp["messages"],
+        ["id", "session_id", "message_data", "created_at"],
+        sa.select(ranked.c.id, new.c.session_id, new.c.message_data, new.c.created_at)
+        .join_from(
+            new,
+            ranked,
+            sa.and_(ranked.c.session_id == new.c.session_id, ranked.c.position == new.c.position),
         )
+        .order_by(ranked.c.id),
     )
     st = _t(names.structure, "session_id", "message_position", *STRUCTURE_DATA)
-    op.execute(
-        _t(temp["structure"], "session_id", "message_id", *STRUCTURE_DATA)
-        .insert()
-        .from_select(
-            ["session_id", "message_id", *STRUCTURE_DATA],
-            sa.select(st.c.session_id, ranked.c.id, *(st.c[c] for c in STRUCTURE_DATA))
-            .join_from(
-                st,
-                ranked,
-                sa.and_(
-                    ranked.c.session_id == st.c.session_id,
-                    ranked.c.position == st.c.message_position,
-                ),
-            )
-            .order_by(st.c.session_id, st.c.sequence_number),
-        )
-    )
-    usage = _t(names.turn_usage, *USAGE_KEY, *USAGE_DATA)
-    op.execute(
-        _t(temp["usage"], *USAGE_KEY, *USAGE_DATA)
-        .insert()
-        .from_select(
-            [*USAGE_KEY, *USAGE_DATA],
-            sa.select(*(usage.c[c] for c in (*USAGE_KEY, *USAGE_DATA))).order_by(
-                usage.c.session_id, usage.c.branch_id, usage.c.user_turn_number
+    _copy(
+        temp["structure"],
+        ["session_id", "message_id", *STRUCTURE_DATA],
+        sa.select(st.c.session_id, ranked.c.id, *(st.c[c] for c in STRUCTURE_DATA))
+        .join_from(
+            st,
+            ranked,
+            sa.and_(
+                ranked.c.session_id == st.c.session_id,
+                ranked.c.position == st.c.message_position,
             ),
         )
+        .order_by(st.c.session_id, st.c.sequence_number),
+    )
+    usage = _t(names.turn_usage, *USAGE_KEY, *USAGE_DATA)
+    _copy(
+        temp["usage"],
+        [*USAGE_KEY, *USAGE_DATA],
+        sa.select(*(usage.c[c] for c in (*USAGE_KEY, *USAGE_DATA))).order_by(
+            usage.c.session_id, usage.c.branch_id, usage.c.user_turn_number
+        ),
     )
     _swap(names, temp)
     _structure_indexes_0005(names)
@@ -441,11 +445,9 @@ def _server_upgrade(names: Any) -> None:  # noqa: ANN401
     op.drop_constraint(_fk(st, "message_id", m), st, type_="foreignkey")
     op.drop_index(_ix(st, "message_id"), table_name=st)
     op.drop_column(st, "message_id")
-    if is_mysql:  # an AUTO_INCREMENT column is its key: it goes with it
-        op.drop_column(st, "id")
-    else:
-        op.drop_constraint(_pk(st), st, type_="primary")
-        op.drop_column(st, "id")
+    if not is_mysql:  # (MySQL: an AUTO_INCREMENT column is its key: it goes with it)
+        op.drop_constraint(_pk_of(st), st, type_="primary")
+    op.drop_column(st, "id")
     op.create_primary_key(_pk(st), st, ["session_id", "branch_id", "sequence_number"])
     op.drop_index(_ix(st, "session_id"), table_name=st)
     op.drop_index(_ix(st, "branch_id"), table_name=st)
@@ -454,14 +456,15 @@ def _server_upgrade(names: Any) -> None:  # noqa: ANN401
     if partitions:
         _rebuild_messages(names, partitions)
     else:
-        if is_mysql:
-            op.drop_column(m, "id")  # (its index on (session_id, id) keeps session_id only)
-        else:
-            op.drop_constraint(_pk(m), m, type_="primary")
-            op.drop_column(m, "id")  # (Postgres drops the index on (session_id, id) with it)
+        if not is_mysql:
+            op.drop_constraint(_pk_of(m), m, type_="primary")
+        # (Postgres drops the index on (session_id, id) with the column; MySQL keeps what
+        # is left of it, an index on session_id, made redundant by the new key below)
+        op.drop_column(m, "id")
         op.create_primary_key(_pk(m), m, ["session_id", "position"])
         if is_mysql:
-            op.drop_index(_ix(m, "session_id"), table_name=m)
+            for index in _indexes_on(m, ["session_id"]):
+                op.drop_index(op.f(index), table_name=m)
     _structure_indexes(names)
     op.create_foreign_key(
         _fk(st, "message_position", m),
@@ -473,11 +476,9 @@ def _server_upgrade(names: Any) -> None:  # noqa: ANN401
     )
     # 4. usage: its natural key
     uq = op.f(UQ % {"table_name": u, "column_0_name": "session_id"})
-    if is_mysql:
-        op.drop_column(u, "id")
-    else:
-        op.drop_constraint(_pk(u), u, type_="primary")
-        op.drop_column(u, "id")
+    if not is_mysql:
+        op.drop_constraint(_pk_of(u), u, type_="primary")
+    op.drop_column(u, "id")
     op.create_primary_key(_pk(u), u, list(USAGE_KEY))
     op.drop_constraint(uq, u, type_="unique")
     op.add_column(names.sessions, _last_position())
@@ -489,16 +490,7 @@ def _messages_table(names: Any, name: str, **kw: Any) -> None:  # noqa: ANN401
     m = names.messages
     op.create_table(
         name,
-        sa.Column(
-            "session_id",
-            SESSION_ID,
-            sa.ForeignKey(
-                f"{names.sessions}.session_id",
-                ondelete="CASCADE",
-                name=_fk(m, "session_id", names.sessions),
-            ),
-            nullable=False,
-        ),
+        _session_fk(names, m),
         sa.Column("position", sa.BigInteger(), nullable=False, autoincrement=False),
         sa.Column("message_data", MESSAGE_DATA, nullable=False),
         _created_at(),
@@ -508,17 +500,15 @@ def _messages_table(names: Any, name: str, **kw: Any) -> None:  # noqa: ANN401
 
 
 def _move_rows(source: str, target: str) -> None:
-    columns = ("session_id", "position", "message_data", "created_at")
-    op.execute(
-        _t(target, *columns).insert().from_select(list(columns), sa.select(_t(source, *columns)))
-    )
+    columns = ["session_id", "position", "message_data", "created_at"]
+    op.execute(_t(target, *columns).insert().from_select(columns, sa.select(_t(source, *columns))))
 
 
 def _aside(names: Any) -> str:  # noqa: ANN401
     """Where the messages table waits while its rows move to a table of another layout."""
     aside = suffixed(names.messages, "_relayout")
     op.rename_table(names.messages, aside)
-    op.drop_constraint(_pk(names.messages), aside, type_="primary")  # its name is the new one's
+    op.drop_constraint(_pk_of(aside), aside, type_="primary")  # (the new table takes the name)
     return aside
 
 
@@ -535,17 +525,18 @@ def _rebuild_messages(names: Any, partitions: int) -> None:  # noqa: ANN401
 def _unpartition(names: Any) -> None:  # noqa: ANN401
     """Postgres: a partitioned messages table back to a plain one (0006's shape), rows kept.
 
-    Before the in-place downgrade, whose keys on ``id`` a partitioned table cannot
-    hold (its unique keys must contain the partition key).
+    Before the in-place downgrade, whose key on ``id`` a partitioned table cannot hold
+    (its unique keys must contain the partition key).
     """
     m, st = names.messages, names.structure
-    op.drop_constraint(_fk(st, "session_id", m), st, type_="foreignkey")
+    fk = _fk(st, "message_position", m)
+    op.drop_constraint(fk, st, type_="foreignkey")
     aside = _aside(names)
     _messages_table(names, m)
     _move_rows(aside, m)
     op.drop_table(aside)  # (its partitions with it)
     op.create_foreign_key(
-        _fk(st, "session_id", m),
+        fk,
         st,
         m,
         ["session_id", "message_position"],
@@ -555,10 +546,10 @@ def _unpartition(names: Any) -> None:  # noqa: ANN401
 
 
 def _partitioned(table: str) -> bool:
-    bind = op.get_bind()
-    if bind.dialect.name != "postgresql":
+    """Whether ``table`` is a partitioned table (Postgres' catalog; nothing else has them)."""
+    if op.get_context().as_sql or _dialect() != "postgresql":
         return False
-    found = bind.execute(
+    found = op.get_bind().execute(
         sa.text(
             "SELECT 1 FROM pg_catalog.pg_partitioned_table p "
             "JOIN pg_catalog.pg_class c ON c.oid = p.partrelid "
@@ -566,8 +557,8 @@ def _partitioned(table: str) -> bool:
             "WHERE c.relname = :name AND n.nspname = current_schema()"
         ),
         {"name": table},
-    ).first()
-    return found is not None
+    )
+    return found.first() is not None
 
 
 def _server_downgrade(names: Any) -> None:  # noqa: ANN401

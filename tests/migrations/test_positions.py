@@ -26,6 +26,8 @@ PAIRS = {
     "plain": TableNames(f"p{TAG}_sessions", f"p{TAG}_messages"),
     "mixed-case": TableNames(f"Pos_{TAG}_Sessions", f"Pos_{TAG}_Messages"),
     "longest": TableNames((f"pl_{TAG}_" + "s" * 63)[:63], (f"pm_{TAG}_" + "m" * 63)[:63]),
+    # reserved words on every database (test_table_names uses others, so runs never meet)
+    "reserved": TableNames("Table", "Column"),
 }
 SESSIONS = ("b", "a", "c")
 EXTRA = {"b": [{"role": "user", "content": "again"}], "c": [{"role": "user", "content": "kept"}]}
