@@ -3,7 +3,8 @@
 Reads Python versions and extras from pyproject.toml; the database is a
 parameter: ``nox -s "tests(db='postgres')"``. Plain ``nox`` runs everything, including
 the suite through PgBouncer in transaction pooling mode (``db='pgbouncer'``; start it
-with ``bash .ci/pgbouncer``).
+with ``bash .ci/pgbouncer``) and on Postgres with hash-partitioned messages tables
+(``db='postgres-partitioned'``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ PYPROJECT = nox.project.load_toml("pyproject.toml")
 SUPPORTED = nox.project.python_versions(PYPROJECT)
 CURRENT = f"{sys.version_info.major}.{sys.version_info.minor}"
 PYTHON = CURRENT if CURRENT in SUPPORTED else SUPPORTED[0]
-DATABASES = ["sqlite", "postgres", "mysql", "pgbouncer"]
+DATABASES = ["sqlite", "postgres", "mysql", "pgbouncer", "postgres-partitioned"]
+PARTITIONED = {"postgres-partitioned": ("postgres", "8")}
+"""A layout, not a server: the Postgres suite with every migrated messages table built
+hash-partitioned into 8 partitions ($AGENTS_MEMORY_PARTITIONS, read by the migrations)."""
 
 nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_existing_virtualenvs = True
@@ -27,10 +31,11 @@ nox.options.reuse_existing_virtualenvs = True
 def tests(session: nox.Session, db: str) -> None:
     """Run the whole suite against the built package (not the source tree) on one database."""
     session.install(".[test]")
+    server, partitions = PARTITIONED.get(db, (db, "0"))
     session.run(
         "pytest",
         *(session.posargs or ["tests"]),
-        env={"AGENTS_MEMORY_TEST_DB": db},
+        env={"AGENTS_MEMORY_TEST_DB": server, "AGENTS_MEMORY_PARTITIONS": partitions},
     )
 
 

@@ -201,6 +201,7 @@ BRANCHES_SUFFIX = "_branches"
 ``<messages>_structure``, ``<sessions>_turn_usage`` and ``<sessions>_branches``."""
 
 MIGRATION_LOCK_SUFFIX = "_migration_lock"
+PARTITION_SUFFIX = "_p"
 """``<sessions>_migration_lock``: the one-row table migrators lock where advisory locks fail."""
 
 
@@ -398,6 +399,15 @@ class TableNames:
         by the migration runner (never by a revision) and dropped at ``base``.
         """
         return suffixed(self.sessions, MIGRATION_LOCK_SUFFIX)
+
+    def partition(self, index: int) -> str:
+        """The ``index``-th hash partition of the messages table (partitioned layout only).
+
+        ``<messages>_p<index>``, shortened past 63 characters by the same rule as
+        the other suffixed names. Partitions are the layout's, not tables of the set:
+        dropping the messages table drops them, and no front end lists them.
+        """
+        return suffixed(self.messages, f"{PARTITION_SUFFIX}{index}")
 
     @property
     def tables(self) -> tuple[str, ...]:

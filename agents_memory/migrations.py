@@ -28,6 +28,7 @@ from sqlalchemy.pool import NullPool
 
 from agents_memory._locking import LoopSpanningLock
 from agents_memory._migrations._describe import describe_difference
+from agents_memory._migrations._layout import MAX_PARTITIONS, resolve_layout
 from agents_memory._migrations._lock import resolve_mode
 from agents_memory._migrations._preflight import TableMismatchError, explain, mismatches
 from agents_memory._migrations._runner import migration_opts, run_lineage
@@ -90,16 +91,19 @@ def upgrade_connection(
     messages_table: str = DEFAULT_MESSAGES_TABLE,
     revision: str = "head",
     lock: str | None = None,
+    partitions: int | None = None,
 ) -> None:
     """Upgrade on an open *sync* connection: for an application's own ``env.py``.
 
     Call it before the application's ``context.begin_transaction()`` block (on
     SQLite, table rebuilds need a connection with no write in progress). It does
     not touch the application's Alembic context or its version table. ``lock``
-    as for :func:`upgrade`.
+    and ``partitions`` as for :func:`upgrade`.
     """
     mode = resolve_mode(lock)
-    run_lineage(connection, TableNames(sessions_table, messages_table), revision, lock_mode=mode)
+    layout = resolve_layout(partitions)
+    names = TableNames(sessions_table, messages_table)
+    run_lineage(connection, names, revision, lock_mode=mode, layout=layout)
 
 
 def include_name(
@@ -117,6 +121,7 @@ def include_name(
     """
     names = TableNames(sessions_table, messages_table)
     hidden = {*names.tables, names.version_table, names.migration_lock_table}
+    hidden.update(names.partition(i) for i in range(MAX_PARTITIONS))  # a partitioned layout's
     if names.legacy_version_table is not None:
         hidden.add(names.legacy_version_table)
 
@@ -182,7 +187,9 @@ def upgrade_in_env(
         msg = "upgrade_in_env needs the connection online: upgrade_in_env(context, connection)"
         raise TypeError(msg)
     ours_to_commit = not connection.in_transaction()
-    run_lineage(connection, names, "head", lock_mode=resolve_mode(None))
+    run_lineage(
+        connection, names, "head", lock_mode=resolve_mode(None), layout=resolve_layout(None)
+    )
     if ours_to_commit and connection.in_transaction():
         # SQLite (non-transactional DDL in Alembic's eyes) leaves the autobegun
         # transaction open, and the async template closes its connection without
@@ -239,6 +246,7 @@ async def upgrade(
     messages_table: str = DEFAULT_MESSAGES_TABLE,
     revision: str = "head",
     lock: str | None = None,
+    partitions: int | None = None,
 ) -> None:
     """Bring the schema of one table-name set up to ``revision`` (default: the newest).
 
@@ -248,10 +256,20 @@ async def upgrade(
     (probe once per URL, row where advisory locks fail); ``None``:
     ``$AGENTS_MEMORY_MIGRATION_LOCK``, else ``auto``. Anything else is a
     ``ValueError`` before any connection.
+
+    ``partitions`` (Postgres): build the messages table hash-partitioned by session
+    id into that many partitions (2 to 1,024) when revision 0006 builds it; ``None``:
+    ``$AGENTS_MEMORY_PARTITIONS`` (which other databases ignore), else plain. A
+    database already past 0006 keeps its layout: asking it for another is a
+    ``ValueError`` that says how to rebuild, and changes nothing.
     """
     names = TableNames(sessions_table, messages_table)
     mode = resolve_mode(lock)
-    await _run_locked(url_or_engine, lambda c: run_lineage(c, names, revision, lock_mode=mode))
+    layout = resolve_layout(partitions)
+    await _run_locked(
+        url_or_engine,
+        lambda c: run_lineage(c, names, revision, lock_mode=mode, layout=layout),
+    )
 
 
 async def downgrade(

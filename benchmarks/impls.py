@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from agents_memory import SessionStore, TableNames, create_engine, get_models
+from agents_memory import SessionStore, TableNames, create_engine, get_models, migrations
 from agents_memory._databases.sqlite import GROUP_COMMIT_OPTION
 from benchmarks.items import ItemSource
 from benchmarks.raw import RawMysql, RawPostgres, RawSqlite
@@ -250,6 +250,7 @@ LABELS = {
     "stdlib": "Agents SDK SQLiteSession (stdlib sqlite3)",
     "ours": "agents_memory SessionStore",
     "ours_1tx": "agents_memory SessionStore, group commit off (one transaction per batch)",
+    "ours_part": "agents_memory SessionStore, messages hash-partitioned by session",
 }
 
 
@@ -275,7 +276,7 @@ async def _raw(db: Database) -> Impl:
     return Impl("raw", label, store.session, store.close, opened=lambda: store.opened)
 
 
-async def _ours(db: Database, *, key: str = "ours") -> Impl:
+async def _ours(db: Database, *, key: str = "ours", partitions: int | None = None) -> Impl:
     names = db.names(key)
     if db.key == "sqlite":
         # Group commit is on by default; "ours_1tx" turns it off (engine execution option).
@@ -285,9 +286,10 @@ async def _ours(db: Database, *, key: str = "ours") -> Impl:
         engine = create_engine(db.url or "", **PG_ENGINE)
     opened = _count_connects(engine)
     try:
-        store = SessionStore(
-            engine, sessions_table=names.sessions, messages_table=names.messages, create_tables=True
-        )
+        # Migrated first, so ``partitions`` (else $AGENTS_MEMORY_PARTITIONS) picks the layout.
+        kw = {"sessions_table": names.sessions, "messages_table": names.messages}
+        await migrations.upgrade(engine, partitions=partitions, **kw)
+        store = SessionStore(engine, **kw)
     except BaseException:
         await engine.dispose()
         raise
@@ -299,6 +301,15 @@ async def _ours(db: Database, *, key: str = "ours") -> Impl:
             await engine.dispose()
 
     return Impl(key, LABELS[key], store.session, close, opened=opened)
+
+
+def _ours_partitioned(partitions: int) -> Callable[[Database], Awaitable[Impl]]:
+    """Ours with the messages table hash-partitioned (Postgres): the layout's own cost."""
+
+    async def make(db: Database) -> Impl:
+        return await _ours(db, key="ours_part", partitions=partitions)
+
+    return make
 
 
 async def _ours_1tx(db: Database) -> Impl:
@@ -369,22 +380,14 @@ async def _stdlib(db: Database) -> Impl:
     return Impl("stdlib", LABELS["stdlib"], session, close, release)
 
 
-async def build(
-    db: Database,
-    items: ItemSource,
-    *,
-    peers: bool,
-    step_seconds: float,
-    ungrouped: bool = False,
-) -> list[Impl]:
-    """Raw first (the ratios' denominator), then the peers when installed, then ours.
+Builder = Callable[[Database], Awaitable[Impl]]
 
-    ``ungrouped`` adds ours with group commit off on SQLite (``ours_1tx``).
 
-    Raw failing raises (nothing can be compared without it); any other implementation
-    that fails to build or warm up comes back as a failed placeholder with the reason.
-    """
-    builders: list[tuple[str, Callable[[Database], Awaitable[Impl]]]] = [("raw", _raw)]
+def _builders(
+    db: Database, *, peers: bool, ungrouped: bool, partitioned: int | None
+) -> list[tuple[str, Builder]]:
+    """The implementations to run on ``db``, raw first."""
+    builders: list[tuple[str, Builder]] = [("raw", _raw)]
     if peers and has_agents_sdk() and db.key != "mysql":  # the SDK cannot create MySQL tables
         builders.append(("sdk", _sdk))
         if db.key == "sqlite":
@@ -392,6 +395,30 @@ async def build(
     builders.append(("ours", _ours))
     if ungrouped and db.key == "sqlite":
         builders.append(("ours_1tx", _ours_1tx))
+    if partitioned and db.is_postgres:
+        builders.append(("ours_part", _ours_partitioned(partitioned)))
+    return builders
+
+
+async def build(
+    db: Database,
+    items: ItemSource,
+    *,
+    peers: bool,
+    step_seconds: float,
+    ungrouped: bool = False,
+    partitioned: int | None = None,
+) -> list[Impl]:
+    """Raw first (the ratios' denominator), then the peers when installed, then ours.
+
+    ``ungrouped`` adds ours with group commit off on SQLite (``ours_1tx``);
+    ``partitioned`` adds ours with that many hash partitions on Postgres and
+    PgBouncer (``ours_part``).
+
+    Raw failing raises (nothing can be compared without it); any other implementation
+    that fails to build or warm up comes back as a failed placeholder with the reason.
+    """
+    builders = _builders(db, peers=peers, ungrouped=ungrouped, partitioned=partitioned)
     impls: list[Impl] = []
     try:
         for key, make in builders:

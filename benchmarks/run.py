@@ -58,7 +58,7 @@ DEFAULT_PGBOUNCER = os.environ.get(
     "AGENTS_MEMORY_BENCH_PGBOUNCER_URL", "postgresql://root@127.0.0.1:6432/test"
 )
 DEFAULT_MYSQL = os.environ.get("AGENTS_MEMORY_BENCH_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
-COLUMNS = ("raw", "sdk", "stdlib", "ours", "ours_1tx")
+COLUMNS = ("raw", "sdk", "stdlib", "ours", "ours_1tx", "ours_part")
 TARGETS = ("sqlite", "postgres", "pgbouncer", "mysql")
 TITLES = {
     "sqlite": "SQLite (file, WAL)",
@@ -103,6 +103,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--ungrouped",
         action="store_true",
         help="on SQLite, also run ours with group commit off (column ours_1tx)",
+    )
+    p.add_argument(
+        "--partitioned",
+        type=int,
+        metavar="N",
+        help="on Postgres and PgBouncer, also run ours with N hash partitions (column ours_part)",
     )
     p.add_argument("--json", type=Path, help="also write every measurement to this file")
     p.add_argument(
@@ -237,6 +243,7 @@ class TargetRun:
                 peers=not args.no_peers,
                 step_seconds=args.step_timeout,
                 ungrouped=args.ungrouped,
+                partitioned=args.partitioned,
             )
         except BaseException:
             await db.drop_tables()  # those created before the failure

@@ -217,6 +217,13 @@ def pytest_report_header() -> list[str]:
     return [
         f"agents_memory {agents_memory.__version__} from {Path(agents_memory.__file__).parent}",
         f"databases: {', '.join(sorted(SELECTED))} (AGENTS_MEMORY_TEST_DB); CI={IN_CI}",
+        "Postgres layout: "
+        + (
+            f"messages hash-partitioned into {os.environ['AGENTS_MEMORY_PARTITIONS']}"
+            if os.environ.get("AGENTS_MEMORY_PARTITIONS", "0").strip() not in ("", "0")
+            else "plain"
+        )
+        + " (AGENTS_MEMORY_PARTITIONS)",
     ]
 
 

@@ -10,6 +10,7 @@ from alembic.util.exc import CommandError
 from agents_memory import migrations
 from agents_memory._admin._errors import AdminError
 from agents_memory._admin._target import Target, require_database
+from agents_memory._migrations._layout import resolve_layout
 from agents_memory._migrations._lock import resolve_mode
 
 
@@ -31,25 +32,37 @@ def _unknown_revision(revision: str, exc: CommandError) -> AdminError:
 
 
 async def _migrate(
-    target: Target, step: Callable[..., Awaitable[None]], revision: str, lock: str | None
+    target: Target,
+    step: Callable[..., Awaitable[None]],
+    revision: str,
+    lock: str | None,
+    **options: object,
 ) -> Migration:
     """Run ``step`` (``migrations.upgrade`` or ``downgrade``) with the revisions around it."""
     before = await migrations.current(target.url, **target.table_kwargs)
     try:
-        await step(target.url, revision=revision, lock=lock, **target.table_kwargs)
+        await step(target.url, revision=revision, lock=lock, **options, **target.table_kwargs)
     except CommandError as exc:
         raise _unknown_revision(revision, exc) from exc
     return Migration(before, await migrations.current(target.url, **target.table_kwargs))
 
 
-async def upgrade(target: Target, *, revision: str = "head", lock: str | None = None) -> Migration:
+async def upgrade(
+    target: Target,
+    *,
+    revision: str = "head",
+    lock: str | None = None,
+    partitions: int | None = None,
+) -> Migration:
     """Upgrade ``target`` to ``revision``, creating the tables (and a SQLite file) if needed.
 
     ``lock``: ``auto``, ``advisory`` or ``row`` (see ``migrations.upgrade``);
-    ``None``: ``$AGENTS_MEMORY_MIGRATION_LOCK``, else ``auto``.
+    ``None``: ``$AGENTS_MEMORY_MIGRATION_LOCK``, else ``auto``. ``partitions``: the
+    Postgres hash-partitioned layout (see ``migrations.upgrade``).
     """
     resolve_mode(lock)  # a bad choice fails before a connection (or a SQLite file) is made
-    return await _migrate(target, migrations.upgrade, revision, lock)
+    resolve_layout(partitions)
+    return await _migrate(target, migrations.upgrade, revision, lock, partitions=partitions)
 
 
 async def downgrade(target: Target, *, revision: str, lock: str | None = None) -> Migration:

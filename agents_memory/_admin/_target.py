@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TypedDict
 
 from agents_memory._admin._errors import NotFoundError
 from agents_memory._crypto import Keyring
@@ -13,6 +14,13 @@ from agents_memory._sqlalchemy._schema import upgrade_command
 from agents_memory._sqlalchemy._store import SessionStore
 from agents_memory._tables import TableNames
 from agents_memory._urls import is_sqlite_memory, mask_url, normalize_url
+
+
+class TableKwargs(TypedDict):
+    """The table names as keyword arguments (typed, so ``**`` leaves other parameters alone)."""
+
+    sessions_table: str
+    messages_table: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -28,7 +36,7 @@ class Target:
         normalize_url(self.url)  # an unsupported URL fails here, before any connection
 
     @property
-    def table_kwargs(self) -> dict[str, str]:
+    def table_kwargs(self) -> TableKwargs:
         """The table names as the keyword arguments of the library's functions."""
         return {"sessions_table": self.names.sessions, "messages_table": self.names.messages}
 

@@ -58,6 +58,26 @@ LockOption = Annotated[
 ]
 
 
+PARTITIONS_ENV = "AGENTS_MEMORY_PARTITIONS"
+"""As agents_memory._migrations._layout says (not imported: --help loads no SQLAlchemy)."""
+
+PartitionsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--partitions",
+        metavar="N",
+        min=0,
+        max=1024,
+        help=(
+            "Postgres: build the messages table hash-partitioned by session id into N "
+            "partitions (2-1024) when revision 0006 builds it; 0: plain. Else "
+            f"${PARTITIONS_ENV}, else plain. A database past 0006 keeps its layout."
+        ),
+        show_default=False,
+    ),
+]
+
+
 def _lock(lock: str | None) -> str | None:
     """A ``--lock`` outside the choices is a usage error (the environment's is checked later)."""
     if lock is not None and lock not in LOCK_CHOICES:
@@ -88,11 +108,12 @@ def upgrade(
     sessions_table: SessionsTableOption = None,
     messages_table: MessagesTableOption = None,
     lock: LockOption = None,
+    partitions: PartitionsOption = None,
     json_: JsonOption = False,
 ) -> None:
     """Create the tables, or bring them up to the newest revision (safe to repeat)."""
     where = target(ctx, url, sessions_table, messages_table)
-    done = run(ctx, ops.upgrade(where, revision=revision, lock=_lock(lock)))
+    done = run(ctx, ops.upgrade(where, revision=revision, lock=_lock(lock), partitions=partitions))
     if wants_json(ctx, json_):
         print_json(_migration_json(done))
     elif done.before == done.after:

@@ -835,6 +835,10 @@ class Database:
     """Whether writers of one engine must queue (SQLite: one writer per file)."""
     loop_bound: ClassVar[bool] = True
     """Whether the driver's connections belong to the event loop that opened them."""
+    label: ClassVar[str]
+    """The family's name in messages (``SQLite``, ``Postgres``, ``MySQL/MariaDB``)."""
+    hash_partitions: ClassVar[bool] = False
+    """Whether the messages table can be hash-partitioned by session id (``partitions=N``)."""
 
     _registry: ClassVar[dict[str, type[Database]]] = {}
 
@@ -876,6 +880,11 @@ class Database:
     @classmethod
     def _build_statements(cls, names: TableNames, expiry: bool) -> Statements:
         raise NotImplementedError
+
+    @classmethod
+    def partition_count(cls, connection: Connection, table: str) -> int | None:  # noqa: ARG003
+        """How many hash partitions ``table`` has; ``None``: a plain table (or no such table)."""
+        return None
 
     @classmethod
     def upsert_metadata(cls, sessions: Table) -> Executable:

@@ -494,6 +494,7 @@ class MySQL(Database):
     """MySQL 8 and MariaDB through asyncmy."""
 
     name: ClassVar[str] = "mysql"
+    label: ClassVar[str] = "MySQL/MariaDB"
     dialect_names: ClassVar[tuple[str, ...]] = ("mysql", "mariadb")
 
     @classmethod

@@ -52,6 +52,7 @@ from sqlalchemy import (
     insert,
     literal_column,
     select,
+    text,
     type_coerce,
 )
 from sqlalchemy.dialects import postgresql
@@ -466,10 +467,27 @@ class Operations(RowReads):
         )
 
 
+_PARTITION_COUNT = text(
+    "SELECT (SELECT count(*) FROM pg_catalog.pg_inherits i WHERE i.inhparent = c.oid) "
+    "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE c.relname = :name AND n.nspname = current_schema() AND c.relkind = 'p'"
+)
+"""The partition count of a partitioned table, by name bound as a value (no row: plain)."""
+
+
 class Postgres(Database):
     """Postgres through asyncpg."""
 
     name: ClassVar[str] = "postgresql"
+    label: ClassVar[str] = "Postgres"
+    hash_partitions: ClassVar[bool] = True
+
+    @classmethod
+    def partition_count(cls, connection: Connection, table: str) -> int | None:
+        """The hash partitions of ``table`` in the current schema (``None``: not partitioned)."""
+        count = connection.execute(_PARTITION_COUNT, {"name": table}).scalar()
+        return None if count is None else int(count)
+
     dialect_names: ClassVar[tuple[str, ...]] = ("postgresql",)
 
     @classmethod

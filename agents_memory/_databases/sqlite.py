@@ -1158,6 +1158,7 @@ class SQLite(Database):
     """SQLite through aiosqlite (SQLAlchemy) and the stdlib ``sqlite3`` (the driver runner)."""
 
     name: ClassVar[str] = "sqlite"
+    label: ClassVar[str] = "SQLite"
     dialect_names: ClassVar[tuple[str, ...]] = ("sqlite",)
     serialize_writes: ClassVar[bool] = True
     loop_bound: ClassVar[bool] = False  # aiosqlite and our threads serve any loop

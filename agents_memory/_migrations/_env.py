@@ -17,20 +17,24 @@ from alembic.runtime.environment import EnvironmentContext
 from alembic.util import CommandError
 from sqlalchemy.engine import Connection
 
+from agents_memory._migrations._layout import Layout, resolve_layout
 from agents_memory._migrations._lock import LockMode, resolve_mode
 from agents_memory._migrations._preflight import check_tables
 from agents_memory._migrations._runner import (
     carry_on_legacy_lineage,
+    check_layout,
     drop_lock_table,
     lock,
     migration_opts,
     sqlite_foreign_keys_off,
+    wanted_partitions,
 )
 from agents_memory._tables import TableNames, resolve_names
 from agents_memory._urls import mask_url, resolve_url
+from agents_memory.migrations import _is_upgrading as is_upgrading
 from agents_memory.migrations import _on_connection as on_connection
 
-X_KEYS = ("url", "sessions_table", "messages_table", "lock")
+X_KEYS = ("url", "sessions_table", "messages_table", "lock", "partitions")
 """The ``-x key=value`` arguments this environment reads."""
 
 _log = logging.getLogger("alembic.agents_memory")
@@ -39,18 +43,24 @@ _log = logging.getLogger("alembic.agents_memory")
 def _run_on(
     context: EnvironmentContext,
     connection: Connection,
+    *,
     names: TableNames,
     url: str,
     mode: LockMode,
+    layout: Layout,
 ) -> None:
+    upgrading = is_upgrading(context)
+    partitions = wanted_partitions(connection, layout) if upgrading else None
     with sqlite_foreign_keys_off(connection):
-        context.configure(connection=connection, **migration_opts(names))
+        context.configure(connection=connection, **migration_opts(names, partitions))
         with context.begin_transaction(), lock(connection, names, mode):
             check_tables(connection, names)  # before the first DDL statement
             carry_on_legacy_lineage(Operations(context.get_context()), names)
             before = context.get_context().get_current_revision()
             context.run_migrations()
             after = context.get_context().get_current_revision()
+            if upgrading:
+                check_layout(context.get_context(), names, layout)
     if after is None and before is not None:  # downgraded to base: the lock table goes too
         drop_lock_table(connection, names)  # (committed with the rest: commit=True below)
     moved = (
@@ -71,6 +81,19 @@ def _check_x_keys(x_args: Mapping[str, str | None]) -> None:
         raise CommandError(msg)
 
 
+def _layout(given: str | None) -> Layout:
+    """``-x partitions=N`` (else ``$AGENTS_MEMORY_PARTITIONS``), checked before connecting."""
+    try:
+        number = None if given is None else int(given)
+    except ValueError:
+        msg = f"-x partitions=…: a whole number of hash partitions (2 to 1024), got {given!r}"
+        raise CommandError(msg) from None
+    try:
+        return resolve_layout(number)
+    except ValueError as exc:
+        raise CommandError(f"-x partitions=…: {exc}") from None
+
+
 def run(context: EnvironmentContext) -> None:
     """Entry point of ``env.py``, online or offline (``--sql``)."""
     x_args = context.get_x_argument(as_dictionary=True)
@@ -86,5 +109,8 @@ def run(context: EnvironmentContext) -> None:
             mode = resolve_mode(x_args.get("lock"))
         except ValueError as exc:
             raise CommandError(f"-x lock=…: {exc}") from None
-        run_on = functools.partial(_run_on, context, names=names, url=mask_url(url), mode=mode)
+        layout = _layout(x_args.get("partitions"))
+        run_on = functools.partial(
+            _run_on, context, names=names, url=mask_url(url), mode=mode, layout=layout
+        )
         asyncio.run(on_connection(url, run_on, commit=True))

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.types import TypeEngine
 
 from agents_memory._databases import database_for
+from agents_memory._migrations._layout import BUILT_AT, MAX_PARTITIONS, PARTITIONS_KEY, Layout
 from agents_memory._migrations._lock import LockMode, choose, drop_statement
 from agents_memory._migrations._preflight import check_tables
 from agents_memory._migrations._scripts import script_directory
@@ -40,6 +41,23 @@ def include_name(names: TableNames) -> Callable[[str | None, str, object], bool]
     return include
 
 
+def include_object(names: TableNames) -> Callable[[Any, str | None, str, bool, Any], bool]:
+    """Leave out what Postgres makes for a partitioned messages table on its own.
+
+    A foreign key to a partitioned table is kept by the server as one constraint
+    per partition (``…_fkey1``, ``…_fkey2``, each referring to a partition); the
+    inspector lists them beside ours, and ``check`` would call them drift.
+    """
+    partitions = {names.partition(i) for i in range(MAX_PARTITIONS)}
+
+    def include(obj: Any, _name: str | None, type_: str, reflected: bool, _to: Any) -> bool:  # noqa: ANN401
+        if type_ == "foreign_key_constraint" and reflected:
+            return obj.referred_table.name not in partitions
+        return True
+
+    return include
+
+
 def compare_type(
     context: MigrationContext,
     _inspected_column: Any,  # noqa: ANN401
@@ -52,14 +70,20 @@ def compare_type(
     return db.compare_type(context.dialect, inspected_type, metadata_type)
 
 
-def migration_opts(names: TableNames) -> dict[str, Any]:
-    """The context options every front end uses for the lineage of ``names``."""
+def migration_opts(names: TableNames, partitions: int | None = None) -> dict[str, Any]:
+    """The context options every front end uses for the lineage of ``names``.
+
+    ``partitions``: the messages table's hash partitions where a revision builds it
+    (see :func:`wanted_partitions`); ``None``: the plain layout.
+    """
     return {
+        PARTITIONS_KEY: partitions,
         "target_metadata": get_models(names).metadata,
         "version_table": names.version_table,
         "render_as_batch": True,
         "compare_type": compare_type,
         "include_name": include_name(names),
+        "include_object": include_object(names),
         NAMES_KEY: names,
     }
 
@@ -95,6 +119,75 @@ def drop_lock_table(connection: Connection, names: TableNames) -> None:
         connection.execute(drop_statement(table))
 
 
+def wanted_partitions(connection: Connection, layout: Layout) -> int | None:
+    """The partitions ``layout`` asks of this database (``None``: plain), or ``ValueError``.
+
+    Only databases with declarative hash partitioning (Postgres) take them; asked
+    for explicitly elsewhere, it is an error before any DDL, while the environment's
+    default leaves other databases plain.
+    """
+    db = database_for(connection.dialect.name)
+    if layout.partitions is None or (not db.hash_partitions and not layout.explicit):
+        return None
+    if not db.hash_partitions:
+        msg = (
+            f"partitions={layout.partitions}: the hash-partitioned messages table is a "
+            f"Postgres layout, and this is {db.label}; leave partitions out here"
+        )
+        raise ValueError(msg)
+    return layout.partitions
+
+
+def check_layout(context: MigrationContext, names: TableNames, layout: Layout) -> None:
+    """After the revisions ran: the messages table has the partitions asked for, or ``ValueError``.
+
+    The layout is chosen when revision ``BUILT_AT`` builds that table; a database
+    already past it keeps its own. A run that stops below it cannot honour an
+    explicit ``partitions=`` (the environment's default waits for a later run).
+    Raised inside the migrating transaction, so on Postgres (transactional DDL)
+    nothing of this run is kept.
+    """
+    connection = context.bind
+    assert connection is not None  # noqa: S101 - configured with one
+    partitions = wanted_partitions(connection, layout)
+    if partitions is None:
+        return
+    at = context.get_current_revision()
+    if BUILT_AT not in _lineage(at):
+        if not layout.explicit:
+            return
+        msg = (
+            f"partitions={partitions}: the layout is chosen when revision {BUILT_AT} builds "
+            f"the messages table, and this run stopped at {at or 'base'}; upgrade to "
+            f"{BUILT_AT} or head with it"
+        )
+        raise ValueError(msg)
+    db = database_for(connection.dialect.name)
+    have = db.partition_count(connection, names.messages)
+    if have == partitions:
+        return
+    built = f"{have} hash partitions" if have else "no partitions (the plain layout)"
+    msg = (
+        f"messages table {names.messages!r} has {built}, not {partitions}: the layout is "
+        f"chosen when revision {BUILT_AT} builds that table, and this database has it already. "
+        "To rebuild it with another layout, keeping every row: "
+        f"`agents-memory db downgrade {_before(BUILT_AT)}` with the same --url and table "
+        f"options, then `agents-memory db upgrade --partitions {partitions}`"
+    )
+    raise ValueError(msg)
+
+
+def _lineage(revision: str | None) -> set[str]:
+    """``revision`` and every revision below it."""
+    script = script_directory()
+    return {r.revision for r in script.iterate_revisions(revision, "base")} if revision else set()
+
+
+def _before(revision: str) -> str:
+    down = script_directory().get_revision(revision).down_revision
+    return str(down) if down else "base"
+
+
 def sqlite_foreign_keys_off(connection: Connection) -> contextlib.AbstractContextManager[None]:
     """What a database needs around a table rebuild (SQLite: foreign keys off, then on)."""
     return database_for(connection.dialect.name).rebuild_guard(connection)
@@ -124,6 +217,7 @@ def run_lineage(
     *,
     downgrade: bool = False,
     lock_mode: LockMode = "auto",
+    layout: Layout | None = None,
 ) -> None:
     """Move the lineage of ``names`` to ``revision`` on an open connection, in one transaction.
 
@@ -137,10 +231,13 @@ def run_lineage(
             return script._downgrade_revs(revision, rev)  # noqa: SLF001 - as alembic.command does
         return script._upgrade_revs(revision, rev)  # noqa: SLF001
 
+    layout = layout or Layout()
+    partitions = None if downgrade else wanted_partitions(connection, layout)
     ours = not connection.in_transaction()
     with sqlite_foreign_keys_off(connection):
+        opts = migration_opts(names, partitions)
         context = MigrationContext.configure(
-            connection, opts={**migration_opts(names), "fn": steps, "script": script}
+            connection, opts={**opts, "fn": steps, "script": script}
         )
         with (
             Operations.context(context),
@@ -150,6 +247,8 @@ def run_lineage(
             check_tables(connection, names)  # before the first DDL statement
             carry_on_legacy_lineage(Operations(context), names)
             context.run_migrations()
+            if not downgrade:
+                check_layout(context, names, layout)
         if ours and connection.in_transaction():
             # Commit before the guard switches foreign keys back on: SQLite ignores the
             # pragma inside a transaction, and the connection would go back to the pool

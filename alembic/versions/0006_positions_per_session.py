@@ -17,9 +17,13 @@ no increasing sequence across nodes. So:
 
 SQLite rebuilds the three tables (create the new shape, copy, drop, rename, with
 foreign keys off: ``rebuild_guard``); Postgres and MySQL change them in place
-(add and fill the new columns, swap the keys, drop the ids). A hash-partitioned
-Postgres layout needs a rebuild (a table cannot become partitioned in place):
-it would create the new messages table partitioned and copy into it.
+(add and fill the new columns, swap the keys, drop the ids). The hash-partitioned
+Postgres layout (``partitions=N`` at upgrade: ``agents_memory._migrations._layout``)
+needs a rebuild, since a table cannot become partitioned in place: the numbered
+messages table is renamed aside, the new one created ``PARTITION BY HASH
+(session_id)`` with its ``N`` partitions (``TableNames.partition``), the rows copied
+in, the old table dropped. Its downgrade first copies the rows back into a plain
+table, then steps down in place.
 
 The downgrade gives every item an ``id`` again, numbered by ``ROW_NUMBER() OVER
 (ORDER BY created_at, session_id, position)`` (each session's order kept), and
@@ -37,6 +41,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
+from agents_memory._migrations._layout import PARTITIONS_KEY, CreateHashPartition
+from agents_memory._tables import suffixed
 from alembic import op
 
 revision = "0006"
@@ -83,6 +89,12 @@ def _names() -> Any:  # noqa: ANN401
 
 def _dialect() -> str:
     return str(op.get_context().dialect.name)
+
+
+def _partitions() -> int | None:
+    """The hash partitions asked for (Postgres only; the runner refuses them elsewhere)."""
+    value = op.get_context().opts.get(PARTITIONS_KEY)
+    return int(value) if value else None
 
 
 def _now() -> Any:  # noqa: ANN401
@@ -440,15 +452,19 @@ def _server_upgrade(names: Any) -> None:  # noqa: ANN401
     op.drop_index(_ix(st, "session_id"), table_name=st)
     op.drop_index(_ix(st, "branch_id"), table_name=st)
     # 3. the items: (session_id, position) is the key; the global id goes
-    if not is_mysql:
-        op.drop_constraint(_pk_of(m), m, type_="primary")
-    # (Postgres drops the index on (session_id, id) with the column; MySQL keeps what is
-    # left of it, an index on session_id, made redundant by the new key below)
-    op.drop_column(m, "id")
-    op.create_primary_key(_pk(m), m, ["session_id", "position"])
-    if is_mysql:
-        for index in _indexes_on(m, ["session_id"]):
-            op.drop_index(op.f(index), table_name=m)
+    partitions = _partitions()
+    if partitions:
+        _rebuild_messages(names, partitions)
+    else:
+        if not is_mysql:
+            op.drop_constraint(_pk_of(m), m, type_="primary")
+        # (Postgres drops the index on (session_id, id) with the column; MySQL keeps what
+        # is left of it, an index on session_id, made redundant by the new key below)
+        op.drop_column(m, "id")
+        op.create_primary_key(_pk(m), m, ["session_id", "position"])
+        if is_mysql:
+            for index in _indexes_on(m, ["session_id"]):
+                op.drop_index(op.f(index), table_name=m)
     _structure_indexes(names)
     op.create_foreign_key(
         _fk(st, "message_position", m),
@@ -469,10 +485,88 @@ def _server_upgrade(names: Any) -> None:  # noqa: ANN401
     _counters(names)
 
 
+def _messages_table(names: Any, name: str, **kw: Any) -> None:  # noqa: ANN401
+    """0006's messages table under ``name`` (``kw``: Postgres' partitioning clause)."""
+    m = names.messages
+    op.create_table(
+        name,
+        _session_fk(names, m),
+        sa.Column("position", sa.BigInteger(), nullable=False, autoincrement=False),
+        sa.Column("message_data", MESSAGE_DATA, nullable=False),
+        _created_at(),
+        sa.PrimaryKeyConstraint("session_id", "position", name=_pk(m)),
+        **kw,
+    )
+
+
+def _move_rows(source: str, target: str) -> None:
+    columns = ["session_id", "position", "message_data", "created_at"]
+    op.execute(_t(target, *columns).insert().from_select(columns, sa.select(_t(source, *columns))))
+
+
+def _aside(names: Any) -> str:  # noqa: ANN401
+    """Where the messages table waits while its rows move to a table of another layout."""
+    aside = suffixed(names.messages, "_relayout")
+    op.rename_table(names.messages, aside)
+    op.drop_constraint(_pk_of(aside), aside, type_="primary")  # (the new table takes the name)
+    return aside
+
+
+def _rebuild_messages(names: Any, partitions: int) -> None:  # noqa: ANN401
+    """Postgres: the numbered items into a new table, hash-partitioned by session id."""
+    aside = _aside(names)
+    _messages_table(names, names.messages, postgresql_partition_by="HASH (session_id)")
+    for index in range(partitions):
+        op.execute(CreateHashPartition(names.partition(index), names.messages, partitions, index))
+    _move_rows(aside, names.messages)
+    op.drop_table(aside)
+
+
+def _unpartition(names: Any) -> None:  # noqa: ANN401
+    """Postgres: a partitioned messages table back to a plain one (0006's shape), rows kept.
+
+    Before the in-place downgrade, whose key on ``id`` a partitioned table cannot hold
+    (its unique keys must contain the partition key).
+    """
+    m, st = names.messages, names.structure
+    fk = _fk(st, "message_position", m)
+    op.drop_constraint(fk, st, type_="foreignkey")
+    aside = _aside(names)
+    _messages_table(names, m)
+    _move_rows(aside, m)
+    op.drop_table(aside)  # (its partitions with it)
+    op.create_foreign_key(
+        fk,
+        st,
+        m,
+        ["session_id", "message_position"],
+        ["session_id", "position"],
+        ondelete="CASCADE",
+    )
+
+
+def _partitioned(table: str) -> bool:
+    """Whether ``table`` is a partitioned table (Postgres' catalog; nothing else has them)."""
+    if op.get_context().as_sql or _dialect() != "postgresql":
+        return False
+    found = op.get_bind().execute(
+        sa.text(
+            "SELECT 1 FROM pg_catalog.pg_partitioned_table p "
+            "JOIN pg_catalog.pg_class c ON c.oid = p.partrelid "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relname = :name AND n.nspname = current_schema()"
+        ),
+        {"name": table},
+    )
+    return found.first() is not None
+
+
 def _server_downgrade(names: Any) -> None:  # noqa: ANN401
     is_mysql = _dialect() in MYSQL
     m, st, u = names.messages, names.structure, names.turn_usage
     derived = names.derived_names(_dialect())
+    if _partitioned(m):
+        _unpartition(names)
     # 1. ids again, in each session's order
     op.add_column(m, sa.Column("id", sa.BigInteger(), nullable=True))
     ranked = _ranked_ids(names).subquery("r")
