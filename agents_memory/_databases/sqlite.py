@@ -33,6 +33,7 @@ import json
 import queue
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -529,6 +530,22 @@ WAL).
 GROUP_MAX_BYTES = 4 * 1024 * 1024
 """The most encoded item bytes one grouped transaction holds (a bigger batch runs alone)."""
 
+GROUP_MAX_HOLD = 0.010
+"""Seconds a group may hold the write lock before it stops taking in batches.
+
+The batch and byte limits bound a group by what it holds; this bounds it by the
+clock, whatever the batches cost on a slow or loaded machine: once a group has
+held the lock (from ``BEGIN IMMEDIATE``) this long, the batches it has not yet
+run go back to the head of the queue, not joined (a cancel still withdraws
+them), and it commits. So a group holds the lock at most this, plus the one
+batch running when it passed, plus its ``COMMIT``. 10 ms is about twice what a
+full group of 64 turns took on an idle 2-CPU VM; ``python -m benchmarks.group_commit``
+reports the holds the writer really had under load.
+"""
+
+HOLDS_KEPT = 4096
+"""How many of the latest groups' write-lock holds a queue keeps (for benchmarks and tests)."""
+
 GROUP_COMMIT_OPTION = "agents_memory_group_commit"
 """The engine execution option that turns group commit off when False.
 
@@ -615,16 +632,13 @@ def _fail_all(group: Sequence[_Batch], exc: BaseException) -> None:
             batch.finish(None, exc)
 
 
-def commit_group(
-    conn: sqlite3.Connection,
-    group: Sequence[_Batch],
-    requeue: Callable[[Sequence[_Batch]], None],
-) -> None:
+def commit_group(conn: sqlite3.Connection, group: Sequence[_Batch], batches: _Queue) -> None:
     """One transaction for ``group`` on ``conn``: begin, each batch in turn, commit, results.
 
     The caller holds the right to write (the writer thread, or the file's lock).
     A batch joins once the transaction holds the file's lock; batches that never
-    joined because the transaction was lost go to ``requeue``.
+    joined, because the transaction was lost or had held the lock for
+    ``batches.max_hold``, go back to the head of ``batches``.
     """
     try:
         if conn.in_transaction:  # someone else's leftover: never commit their work with ours
@@ -633,16 +647,20 @@ def commit_group(
     except BaseException as exc:  # noqa: BLE001 - handed to the callers
         _fail_all(group, exc)
         return
-    done = _run_batches(conn, group, requeue)
-    if done is None:
-        return
+    begun = time.perf_counter()
     try:
-        conn.commit()
-    except BaseException as exc:  # noqa: BLE001 - handed to the callers
-        _rollback(conn)
-        for batch, _ in done:
-            batch.finish(None, exc)
-        return
+        done = _run_batches(conn, group, batches.requeue, begun + batches.max_hold)
+        if done is None:
+            return
+        try:
+            conn.commit()
+        except BaseException as exc:  # noqa: BLE001 - handed to the callers
+            _rollback(conn)
+            for batch, _ in done:
+                batch.finish(None, exc)
+            return
+    finally:
+        batches.holds.append(time.perf_counter() - begun)
     for batch, result in done:
         batch.finish(result, None)
 
@@ -651,17 +669,23 @@ def _run_batches(
     conn: sqlite3.Connection,
     group: Sequence[_Batch],
     requeue: Callable[[Sequence[_Batch]], None],
+    deadline: float,
 ) -> list[tuple[_Batch, Any]] | None:
     """Run each batch that joins; the batches to commit, or None when the transaction is lost.
 
     In a group of several, each batch runs in its own savepoint and one that
     fails is rolled back alone. When the transaction itself is lost (a lone
     batch failed, or SQLite rolled everything back), every batch that had
-    joined gets the error and those that had not go back to the queue.
+    joined gets the error and those that had not go back to the queue. Past
+    ``deadline`` (``time.perf_counter``) no further batch joins: the rest go
+    back to the queue and the group commits what it ran.
     """
     alone = len(group) == 1
     done: list[tuple[_Batch, Any]] = []
     for i, batch in enumerate(group):
+        if i and time.perf_counter() >= deadline:
+            requeue(group[i:])  # not joined: they lead the next group (or are withdrawn)
+            break
         if not batch.join():
             continue  # withdrawn before it joined: never runs
         try:
@@ -690,9 +714,12 @@ def _in_savepoint(conn: sqlite3.Connection, batch: _Batch) -> Any:  # noqa: ANN4
 class _Queue:
     """Batches waiting for a transaction, taken in arrival order within the group limits."""
 
-    def __init__(self, max_batches: int, max_bytes: int) -> None:
+    def __init__(self, max_batches: int, max_bytes: int, max_hold: float) -> None:
         self.max_batches = max_batches
         self.max_bytes = max_bytes
+        self.max_hold = max_hold
+        self.holds: collections.deque[float] = collections.deque(maxlen=HOLDS_KEPT)
+        """Seconds each of the latest transactions held the write lock (``BEGIN`` to its end)."""
         self.cond = threading.Condition(threading.Lock())
         self.batches: collections.deque[_Batch] = collections.deque()
         self.stopping = False
@@ -755,7 +782,7 @@ def _serve_groups(batches: _Queue, connect: Callable[[], sqlite3.Connection]) ->
             try:
                 if conn is None:
                     conn = connect()
-                commit_group(conn, group, batches.requeue)
+                commit_group(conn, group, batches)
             except BaseException as exc:  # noqa: BLE001 - never strand a caller
                 if conn is not None:
                     _rollback(conn)
@@ -780,6 +807,10 @@ class _Counted:
         with self._batches.cond:
             return len(self._batches.batches)
 
+    def holds(self) -> list[float]:
+        """Seconds each of the latest transactions (up to :data:`HOLDS_KEPT`) held the lock."""
+        return list(self._batches.holds)
+
 
 class GroupWriter(_Counted):
     """The writer thread of a file engine: batches queued behind a commit share the next one.
@@ -788,7 +819,8 @@ class GroupWriter(_Counted):
     disk (``synchronous=FULL``), so one transaction per caller caps a busy
     process at one caller per flush. Here, whatever queued while the thread was
     busy goes into the next transaction together (up to :data:`GROUP_MAX_BATCHES`
-    and :data:`GROUP_MAX_BYTES`): one ``BEGIN IMMEDIATE``, each batch in its own
+    and :data:`GROUP_MAX_BYTES`, taking in no batch once it has held the lock for
+    :data:`GROUP_MAX_HOLD`): one ``BEGIN IMMEDIATE``, each batch in its own
     ``SAVEPOINT`` (a batch that fails rolls back alone, and only its caller gets
     the error), one ``COMMIT``, then every caller gets its own result. A caller
     alone in the queue gets a transaction of its own, exactly as without grouping.
@@ -810,8 +842,10 @@ class GroupWriter(_Counted):
         grouped: bool = True,
         max_batches: int = GROUP_MAX_BATCHES,
         max_bytes: int = GROUP_MAX_BYTES,
+        max_hold: float | None = None,
     ) -> None:
-        self._batches = _Queue(max_batches if grouped else 1, max_bytes)
+        hold = GROUP_MAX_HOLD if max_hold is None else max_hold  # (read now: tests may set it)
+        self._batches = _Queue(max_batches if grouped else 1, max_bytes, hold)
         self._thread = threading.Thread(
             target=_serve_groups, args=(self._batches, connect), name=name, daemon=True
         )
@@ -872,9 +906,14 @@ class SharedWrites(_Counted):
     """
 
     def __init__(
-        self, *, max_batches: int = GROUP_MAX_BATCHES, max_bytes: int = GROUP_MAX_BYTES
+        self,
+        *,
+        max_batches: int = GROUP_MAX_BATCHES,
+        max_bytes: int = GROUP_MAX_BYTES,
+        max_hold: float | None = None,
     ) -> None:
-        self._batches = _Queue(max_batches, max_bytes)
+        hold = GROUP_MAX_HOLD if max_hold is None else max_hold
+        self._batches = _Queue(max_batches, max_bytes, hold)
 
     def run(
         self,
@@ -894,7 +933,7 @@ class SharedWrites(_Counted):
                     group = self._batches.take_now()
                 if group:
                     self._batches.groups += 1
-                    commit_group(conn, group, self._batches.requeue)
+                    commit_group(conn, group, self._batches)
         if batch.error is not None:
             raise batch.error
         result: T = batch.result
