@@ -428,12 +428,33 @@ def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | No
         future.set_exception(error)
 
 
-def _deliver(job: _Job, result: Any, error: BaseException | None) -> None:  # noqa: ANN401
+def _deliver(
+    job: _Job | _Batch,
+    future: asyncio.Future[Any],
+    result: Any,  # noqa: ANN401
+    error: BaseException | None,
+) -> None:
     """On the caller's loop: hand over the job's outcome (or, cancelled, say it is done)."""
     job.delivered = True
-    if job.future.cancelled() and job.finished is not None and not job.finished.done():
+    if future.cancelled() and job.finished is not None and not job.finished.done():
         job.finished.set_result(None)
-    _resolve(job.future, result, error)
+    _resolve(future, result, error)
+
+
+async def _settle(job: _Job | _Batch, loop: asyncio.AbstractEventLoop) -> None:
+    """A cancelled caller's side of the handshake: withdraw ``job``, or wait until it is done.
+
+    Withdrawn before the thread started it, it never runs and the cancel is raised
+    at once. Started, it cannot be stopped: the caller waits (through further
+    cancels) until the thread's outcome has been delivered, then raises its cancel.
+    """
+    job.withdrawn = True
+    if not job.started or job.delivered:
+        return
+    job.finished = loop.create_future()  # resolved by _deliver once the job is done
+    while not job.finished.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(job.finished)
 
 
 def _serve(jobs: queue.SimpleQueue[_Job | None], connect: Callable[[], sqlite3.Connection]) -> None:
@@ -457,7 +478,7 @@ def _serve(jobs: queue.SimpleQueue[_Job | None], connect: Callable[[], sqlite3.C
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
                 error = exc
             with contextlib.suppress(RuntimeError):  # the caller's loop has closed
-                job.loop.call_soon_threadsafe(_deliver, job, result, error)
+                job.loop.call_soon_threadsafe(_deliver, job, job.future, result, error)
     finally:
         if conn is not None:
             conn.close()
@@ -496,13 +517,7 @@ class Worker:
         try:
             return await job.future  # type: ignore[no-any-return]
         except asyncio.CancelledError:
-            job.withdrawn = True
-            if not job.started or job.delivered:
-                raise
-            job.finished = loop.create_future()  # resolved by _deliver once the job is done
-            while not job.finished.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(job.finished)
+            await _settle(job, loop)
             raise
 
     def stop(self, *, wait: bool) -> None:
@@ -567,22 +582,37 @@ class _Batch:
     never withdrawn (the same handshake as :class:`Worker`'s jobs).
     """
 
-    __slots__ = ("error", "finished", "fn", "notify", "result", "size", "started", "withdrawn")
+    __slots__ = (
+        "caller",
+        "delivered",
+        "error",
+        "finished",
+        "fn",
+        "result",
+        "settled",
+        "size",
+        "started",
+        "withdrawn",
+    )
 
     def __init__(
         self,
         fn: Callable[[sqlite3.Connection], Any],
         size: int,
-        notify: Callable[[_Batch], None] | None = None,
+        caller: tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]] | None = None,
     ) -> None:
         self.fn = fn
         self.size = max(size, _POP_OR_CLEAR_BYTES)
-        self.notify = notify
+        self.caller = caller
+        """An awaiting caller's loop and future (the writer thread's); None for a thread's own."""
         self.started = False
         self.withdrawn = False
-        self.finished = False
+        self.settled = False
         self.result: Any = None
         self.error: BaseException | None = None
+        self.delivered = False
+        self.finished: asyncio.Future[None] | None = None
+        """Made by a caller cancelled after its batch joined: resolved once it is delivered."""
 
     def join(self) -> bool:
         """Join the open transaction, unless the caller withdrew first."""
@@ -591,11 +621,13 @@ class _Batch:
 
     def finish(self, result: Any, error: BaseException | None) -> None:  # noqa: ANN401
         """Record the outcome (after the group's COMMIT, or the error) and tell the caller."""
-        if self.finished:
+        if self.settled:
             return
-        self.result, self.error, self.finished = result, error, True
-        if self.notify is not None:
-            self.notify(self)
+        self.result, self.error, self.settled = result, error, True
+        if self.caller is not None:
+            loop, future = self.caller
+            with contextlib.suppress(RuntimeError):  # the caller's loop has closed
+                loop.call_soon_threadsafe(_deliver, self, future, result, error)
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
@@ -786,7 +818,7 @@ def _serve_groups(batches: _Queue, connect: Callable[[], sqlite3.Connection]) ->
             except BaseException as exc:  # noqa: BLE001 - never strand a caller
                 if conn is not None:
                     _rollback(conn)
-                _fail_all([b for b in group if not b.finished], exc)
+                _fail_all([b for b in group if not b.settled], exc)
     finally:
         if conn is not None:
             conn.close()
@@ -867,24 +899,12 @@ class GroupWriter(_Counted):
             raise RuntimeError(msg)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-
-        def notify(batch: _Batch) -> None:
-            with contextlib.suppress(RuntimeError):  # the caller's loop has closed
-                loop.call_soon_threadsafe(_resolve, future, batch.result, batch.error)
-
-        batch = _Batch(fn, size, notify)
+        batch = _Batch(fn, size, (loop, future))
         self._batches.put(batch)
         try:
-            return await asyncio.shield(future)
+            return await future
         except asyncio.CancelledError:
-            batch.withdrawn = True
-            if not batch.started:
-                raise
-            while not future.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(future)
-            if not future.cancelled():
-                future.exception()  # retrieved: the caller asked to be cancelled
+            await _settle(batch, loop)  # (the same handshake as Worker's jobs)
             raise
 
     def stop(self, *, wait: bool) -> None:
@@ -925,9 +945,9 @@ class SharedWrites(_Counted):
         """Run ``fn`` in a write transaction on this file, led by us or by another writer."""
         batch = _Batch(fn, size)
         self._batches.put(batch)
-        while not batch.finished:
+        while not batch.settled:
             with write_lock:
-                if batch.finished:
+                if batch.settled:
                     break
                 with self._batches.cond:
                     group = self._batches.take_now()
