@@ -6,16 +6,18 @@ what a throughput table cannot show:
 
 * **hold**: how long one group holds the file's write lock (``BEGIN IMMEDIATE`` to the
   end of ``COMMIT``) when it is full (``GROUP_MAX_BATCHES`` turns of 4 items, each in
-  its savepoint), against one turn alone: the bound other writers of the file wait at most;
+  its savepoint), against one turn alone;
 * **latency under load**: one session appending a turn at a time while N other sessions
   append as fast as they can: p50/p99/max of its ``add_items`` for raw aiosqlite, ours
-  (grouped) and ours with group commit off, with the load's batches/s;
+  (grouped), ours without the hold limit (``ours_nolimit``) and ours with group commit
+  off (``ours_1tx``), with the load's batches/s;
 * **another writer's turn**: during that load, a separate connection (as another
   process would) writes a row every 20 ms; how long its ``BEGIN IMMEDIATE`` waits;
-* **the holds the writer really had** during that load (``GROUP_MAX_HOLD`` bounds them);
+* **the holds the writer really had** during that load, with and without the hold
+  limit (``GROUP_MAX_HOLD``);
 * **where a burst round goes** (``--anatomy``): the main harness's burst round (64 sessions
   at once, each reads its latest 20 then appends a turn), its read half alone and its
-  append half alone, for raw, ours and ``ours_1tx``, interleaved round by round; and a
+  append half alone, for the same four, interleaved round by round; and a
   *floor*: the same SQL and JSON work of one round done synchronously on one thread, with
   no event loop and no thread hops, all 64 appends in one transaction. No implementation
   doing that work can beat the floor, so raw's burst round divided by the floor is the
@@ -171,9 +173,9 @@ async def under_load(
     return latencies, rate, other.waits
 
 
-IMPLS = ("raw", "ours", "ours_1tx")
-ANATOMY_IMPLS = ("raw", "ours", "ours_nolimit", "ours_1tx")
-"""``ours_nolimit``: ours without the hold limit (``GROUP_MAX_HOLD`` infinite), as before it."""
+IMPLS = ("raw", "ours", "ours_nolimit", "ours_1tx")
+"""``ours_nolimit``: ours without the hold limit (``GROUP_MAX_HOLD`` infinite), as before it;
+``ours_1tx``: ours with group commit off."""
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -378,7 +380,7 @@ async def _parts(tmp: Path, items: ItemSource, rounds: int, repeats: int) -> dic
     per: dict[tuple[str, str], list[float]] = {}
     async with contextlib.AsyncExitStack() as stack:
         impls: dict[str, list[Any]] = {}
-        for key in ANATOMY_IMPLS:
+        for key in IMPLS:
             path = tmp / f"anatomy-{key}.db"
             await _schema(path)
             session, _ = await stack.enter_async_context(_impl(key, path))
@@ -411,10 +413,10 @@ async def _anatomy(tmp: Path, items: ItemSource, args: argparse.Namespace) -> No
         f"\n## Where a burst round goes: ms per round, median of {repeats} repeats of "
         f"{rounds} rounds ({load_before} before, {_load()} after)\n"
     )
-    print("| part | " + " | ".join(ANATOMY_IMPLS) + " | raw ÷ ours |")
-    print("|---|" + "---:|" * (len(ANATOMY_IMPLS) + 1))
+    print("| part | " + " | ".join(IMPLS) + " | raw ÷ ours |")
+    print("|---|" + "---:|" * (len(IMPLS) + 1))
     for part in PARTS:
-        cells = " | ".join(f"{ms[part, key]:.2f}" for key in ANATOMY_IMPLS)
+        cells = " | ".join(f"{ms[part, key]:.2f}" for key in IMPLS)
         print(f"| {part} | {cells} | {ms[part, 'raw'] / ms[part, 'ours']:.2f} |")
     raw_burst = ms["burst round", "raw"]
     for plain, label in ((False, "ours' SQL and codec"), (True, "raw's SQL and bare json")):
