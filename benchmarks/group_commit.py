@@ -376,7 +376,11 @@ def _floors(path: Path, items: ItemSource, rounds: int, repeats: int) -> dict[bo
 
 
 async def _parts(tmp: Path, items: ItemSource, rounds: int, repeats: int) -> dict[Any, float]:
-    """Median ms per round of each part for each implementation, taking turns part by part."""
+    """Median ms per round of each part for each implementation, taking turns part by part.
+
+    The order of the turns rotates each repeat: what one implementation leaves
+    behind (a WAL to checkpoint, pages to flush) does not always fall on the same next one.
+    """
     per: dict[tuple[str, str], list[float]] = {}
     async with contextlib.AsyncExitStack() as stack:
         impls: dict[str, list[Any]] = {}
@@ -388,9 +392,12 @@ async def _parts(tmp: Path, items: ItemSource, rounds: int, repeats: int) -> dic
             for s in sessions:  # 20 items each: every read returns 20
                 await s.add_items(items.items(20))
             impls[key] = sessions
-        for _ in range(repeats):
+        keys = list(impls)
+        for r in range(repeats):
+            order = keys[r % len(keys) :] + keys[: r % len(keys)]  # nobody always follows raw
             for part, run in PARTS.items():
-                for key, sessions in impls.items():  # interleaved: load hits all alike
+                for key in order:  # interleaved: load hits all alike
+                    sessions = impls[key]
                     took = []
                     for _ in range(rounds):
                         turns = [items.turn() for _ in sessions]
@@ -434,11 +441,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calls", type=int, default=300, help="probe appends measured (300)")
     p.add_argument("--repeats", type=int, default=50, help="hold-time repeats (50)")
     p.add_argument("--cpu", type=int, default=1, help="pin to that many CPUs (1; -1: not)")
+    p.add_argument(
+        "--hold-ms",
+        type=float,
+        default=None,
+        help=f"ours' hold limit in ms (default GROUP_MAX_HOLD, {lite.GROUP_MAX_HOLD * 1e3:g})",
+    )
     p.add_argument("--anatomy", action="store_true", help="also: where a burst round goes")
     p.add_argument("--anatomy-only", action="store_true", help="only the burst anatomy")
     p.add_argument("--anatomy-rounds", type=int, default=20, help="rounds per repeat (20)")
     p.add_argument("--anatomy-repeats", type=int, default=5, help="repeats (5)")
     args = p.parse_args(argv)
+    if args.hold_ms is not None:  # (read when a writer is made)
+        lite.GROUP_MAX_HOLD = args.hold_ms / 1e3
     print(f"{pin_cpus(args.cpu)}; SQLite {sqlite3.sqlite_version}; WAL, synchronous FULL")
     asyncio.run(main_async(args))
     return 0
