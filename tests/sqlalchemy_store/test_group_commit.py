@@ -305,6 +305,10 @@ async def test_cancelled_after_joining_settles_once_the_group_committed(
     for _ in range(20):
         await asyncio.sleep(0)
     assert not joined.done()  # held until the group has finished
+    joined.cancel()  # a second cancel while it waits: still held
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not joined.done()
     go_on.set()
     with pytest.raises(asyncio.CancelledError):
         await joined
