@@ -2,19 +2,31 @@
 
 The test holds the file's write lock itself (the one every session of the process
 on that file takes), so every session's write queues; on release, the first
-session to get the lock leads and commits all of them in one transaction.
+session to get the lock leads and commits all of them in one transaction. The hold
+limit (a time) is lifted so that a loaded machine cannot split the groups counted here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
+import math
 import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agents_memory import SQLiteSession
+from agents_memory._databases import sqlite as lite
+
+
+@pytest.fixture(autouse=True)
+def no_hold_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """File locks made during the test group whatever a group's hold (see the last test)."""
+    monkeypatch.setattr(lite, "GROUP_MAX_HOLD", math.inf)
 
 
 def item(w: int, k: int) -> dict[str, Any]:
@@ -119,3 +131,41 @@ async def test_a_failing_batch_fails_alone(tmp_path: Path) -> None:
     finally:
         for s in (good, bad, again):
             s.close()
+
+
+def test_a_leader_past_the_hold_limit_leaves_the_rest_to_their_own_threads(
+    tmp_path: Path,
+) -> None:
+    """Limit 0: a leader commits one batch; each other writer then leads (or is led) in turn."""
+    path = tmp_path / "hold.db"
+    setup = sqlite3.connect(path, isolation_level=None)
+    setup.execute("PRAGMA journal_mode = WAL")
+    setup.execute("CREATE TABLE rows (n INTEGER NOT NULL)")
+    writes = lite.SharedWrites(max_hold=0.0)
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def insert(n: int, conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO rows (n) VALUES (?)", (n,))
+
+    def writer(n: int) -> None:
+        conn = lite.open_connection((str(path),), {})
+        try:
+            writes.run(lock, conn, functools.partial(insert, n))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(6)]
+    with lock:
+        for t in threads:
+            t.start()
+        while writes.pending() < 6:
+            threading.Event().wait(0.005)
+    for t in threads:
+        t.join(20)
+    assert errors == []
+    assert writes.groups == 6  # one batch per transaction: the rest were sent back each time
+    assert sorted(n for (n,) in setup.execute("SELECT n FROM rows")) == list(range(6))
+    setup.close()

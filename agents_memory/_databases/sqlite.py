@@ -33,6 +33,7 @@ import json
 import queue
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -459,12 +460,33 @@ def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | No
         future.set_exception(error)
 
 
-def _deliver(job: _Job, result: Any, error: BaseException | None) -> None:  # noqa: ANN401
+def _deliver(
+    job: _Job | _Batch,
+    future: asyncio.Future[Any],
+    result: Any,  # noqa: ANN401
+    error: BaseException | None,
+) -> None:
     """On the caller's loop: hand over the job's outcome (or, cancelled, say it is done)."""
     job.delivered = True
-    if job.future.cancelled() and job.finished is not None and not job.finished.done():
+    if future.cancelled() and job.finished is not None and not job.finished.done():
         job.finished.set_result(None)
-    _resolve(job.future, result, error)
+    _resolve(future, result, error)
+
+
+async def _settle(job: _Job | _Batch, loop: asyncio.AbstractEventLoop) -> None:
+    """A cancelled caller's side of the handshake: withdraw ``job``, or wait until it is done.
+
+    Withdrawn before the thread started it, it never runs and the cancel is raised
+    at once. Started, it cannot be stopped: the caller waits (through further
+    cancels) until the thread's outcome has been delivered, then raises its cancel.
+    """
+    job.withdrawn = True
+    if not job.started or job.delivered:
+        return
+    job.finished = loop.create_future()  # resolved by _deliver once the job is done
+    while not job.finished.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(job.finished)
 
 
 def _serve(jobs: queue.SimpleQueue[_Job | None], connect: Callable[[], sqlite3.Connection]) -> None:
@@ -488,7 +510,7 @@ def _serve(jobs: queue.SimpleQueue[_Job | None], connect: Callable[[], sqlite3.C
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
                 error = exc
             with contextlib.suppress(RuntimeError):  # the caller's loop has closed
-                job.loop.call_soon_threadsafe(_deliver, job, result, error)
+                job.loop.call_soon_threadsafe(_deliver, job, job.future, result, error)
     finally:
         if conn is not None:
             conn.close()
@@ -527,13 +549,7 @@ class Worker:
         try:
             return await job.future  # type: ignore[no-any-return]
         except asyncio.CancelledError:
-            job.withdrawn = True
-            if not job.started or job.delivered:
-                raise
-            job.finished = loop.create_future()  # resolved by _deliver once the job is done
-            while not job.finished.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(job.finished)
+            await _settle(job, loop)
             raise
 
     def stop(self, *, wait: bool) -> None:
@@ -561,6 +577,22 @@ WAL).
 GROUP_MAX_BYTES = 4 * 1024 * 1024
 """The most encoded item bytes one grouped transaction holds (a bigger batch runs alone)."""
 
+GROUP_MAX_HOLD = 0.010
+"""Seconds a group may hold the write lock before it stops taking in batches.
+
+The batch and byte limits bound a group by what it holds; this bounds it by the
+clock, whatever the batches cost on a slow or loaded machine: once a group has
+held the lock (from ``BEGIN IMMEDIATE``) this long, the batches it has not yet
+run go back to the head of the queue, not joined (a cancel still withdraws
+them), and it commits. So a group holds the lock at most this, plus the one
+batch running when it passed, plus its ``COMMIT``. 10 ms is about twice what a
+full group of 64 turns took on an idle 2-CPU VM; ``python -m benchmarks.group_commit``
+reports the holds the writer really had under load.
+"""
+
+HOLDS_KEPT = 4096
+"""How many of the latest groups' write-lock holds a queue keeps (for benchmarks and tests)."""
+
 GROUP_COMMIT_OPTION = "agents_memory_group_commit"
 """The engine execution option that turns group commit off when False.
 
@@ -582,22 +614,37 @@ class _Batch:
     never withdrawn (the same handshake as :class:`Worker`'s jobs).
     """
 
-    __slots__ = ("error", "finished", "fn", "notify", "result", "size", "started", "withdrawn")
+    __slots__ = (
+        "caller",
+        "delivered",
+        "error",
+        "finished",
+        "fn",
+        "result",
+        "settled",
+        "size",
+        "started",
+        "withdrawn",
+    )
 
     def __init__(
         self,
         fn: Callable[[sqlite3.Connection], Any],
         size: int,
-        notify: Callable[[_Batch], None] | None = None,
+        caller: tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]] | None = None,
     ) -> None:
         self.fn = fn
         self.size = max(size, _POP_OR_CLEAR_BYTES)
-        self.notify = notify
+        self.caller = caller
+        """An awaiting caller's loop and future (the writer thread's); None for a thread's own."""
         self.started = False
         self.withdrawn = False
-        self.finished = False
+        self.settled = False
         self.result: Any = None
         self.error: BaseException | None = None
+        self.delivered = False
+        self.finished: asyncio.Future[None] | None = None
+        """Made by a caller cancelled after its batch joined: resolved once it is delivered."""
 
     def join(self) -> bool:
         """Join the open transaction, unless the caller withdrew first."""
@@ -606,11 +653,13 @@ class _Batch:
 
     def finish(self, result: Any, error: BaseException | None) -> None:  # noqa: ANN401
         """Record the outcome (after the group's COMMIT, or the error) and tell the caller."""
-        if self.finished:
+        if self.settled:
             return
-        self.result, self.error, self.finished = result, error, True
-        if self.notify is not None:
-            self.notify(self)
+        self.result, self.error, self.settled = result, error, True
+        if self.caller is not None:
+            loop, future = self.caller
+            with contextlib.suppress(RuntimeError):  # the caller's loop has closed
+                loop.call_soon_threadsafe(_deliver, self, future, result, error)
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
@@ -647,16 +696,13 @@ def _fail_all(group: Sequence[_Batch], exc: BaseException) -> None:
             batch.finish(None, exc)
 
 
-def commit_group(
-    conn: sqlite3.Connection,
-    group: Sequence[_Batch],
-    requeue: Callable[[Sequence[_Batch]], None],
-) -> None:
+def commit_group(conn: sqlite3.Connection, group: Sequence[_Batch], batches: _Queue) -> None:
     """One transaction for ``group`` on ``conn``: begin, each batch in turn, commit, results.
 
     The caller holds the right to write (the writer thread, or the file's lock).
     A batch joins once the transaction holds the file's lock; batches that never
-    joined because the transaction was lost go to ``requeue``.
+    joined, because the transaction was lost or had held the lock for
+    ``batches.max_hold``, go back to the head of ``batches``.
     """
     try:
         if conn.in_transaction:  # someone else's leftover: never commit their work with ours
@@ -665,16 +711,20 @@ def commit_group(
     except BaseException as exc:  # noqa: BLE001 - handed to the callers
         _fail_all(group, exc)
         return
-    done = _run_batches(conn, group, requeue)
-    if done is None:
-        return
+    begun = time.perf_counter()
     try:
-        conn.commit()
-    except BaseException as exc:  # noqa: BLE001 - handed to the callers
-        _rollback(conn)
-        for batch, _ in done:
-            batch.finish(None, exc)
-        return
+        done = _run_batches(conn, group, batches.requeue, begun + batches.max_hold)
+        if done is None:
+            return
+        try:
+            conn.commit()
+        except BaseException as exc:  # noqa: BLE001 - handed to the callers
+            _rollback(conn)
+            for batch, _ in done:
+                batch.finish(None, exc)
+            return
+    finally:
+        batches.holds.append(time.perf_counter() - begun)
     for batch, result in done:
         batch.finish(result, None)
 
@@ -683,17 +733,23 @@ def _run_batches(
     conn: sqlite3.Connection,
     group: Sequence[_Batch],
     requeue: Callable[[Sequence[_Batch]], None],
+    deadline: float,
 ) -> list[tuple[_Batch, Any]] | None:
     """Run each batch that joins; the batches to commit, or None when the transaction is lost.
 
     In a group of several, each batch runs in its own savepoint and one that
     fails is rolled back alone. When the transaction itself is lost (a lone
     batch failed, or SQLite rolled everything back), every batch that had
-    joined gets the error and those that had not go back to the queue.
+    joined gets the error and those that had not go back to the queue. Past
+    ``deadline`` (``time.perf_counter``) no further batch joins: the rest go
+    back to the queue and the group commits what it ran.
     """
     alone = len(group) == 1
     done: list[tuple[_Batch, Any]] = []
     for i, batch in enumerate(group):
+        if i and time.perf_counter() >= deadline:
+            requeue(group[i:])  # not joined: they lead the next group (or are withdrawn)
+            break
         if not batch.join():
             continue  # withdrawn before it joined: never runs
         try:
@@ -722,9 +778,12 @@ def _in_savepoint(conn: sqlite3.Connection, batch: _Batch) -> Any:  # noqa: ANN4
 class _Queue:
     """Batches waiting for a transaction, taken in arrival order within the group limits."""
 
-    def __init__(self, max_batches: int, max_bytes: int) -> None:
+    def __init__(self, max_batches: int, max_bytes: int, max_hold: float) -> None:
         self.max_batches = max_batches
         self.max_bytes = max_bytes
+        self.max_hold = max_hold
+        self.holds: collections.deque[float] = collections.deque(maxlen=HOLDS_KEPT)
+        """Seconds each of the latest transactions held the write lock (``BEGIN`` to its end)."""
         self.cond = threading.Condition(threading.Lock())
         self.batches: collections.deque[_Batch] = collections.deque()
         self.stopping = False
@@ -787,11 +846,11 @@ def _serve_groups(batches: _Queue, connect: Callable[[], sqlite3.Connection]) ->
             try:
                 if conn is None:
                     conn = connect()
-                commit_group(conn, group, batches.requeue)
+                commit_group(conn, group, batches)
             except BaseException as exc:  # noqa: BLE001 - never strand a caller
                 if conn is not None:
                     _rollback(conn)
-                _fail_all([b for b in group if not b.finished], exc)
+                _fail_all([b for b in group if not b.settled], exc)
     finally:
         if conn is not None:
             conn.close()
@@ -812,6 +871,10 @@ class _Counted:
         with self._batches.cond:
             return len(self._batches.batches)
 
+    def holds(self) -> list[float]:
+        """Seconds each of the latest transactions (up to :data:`HOLDS_KEPT`) held the lock."""
+        return list(self._batches.holds)
+
 
 class GroupWriter(_Counted):
     """The writer thread of a file engine: batches queued behind a commit share the next one.
@@ -820,7 +883,8 @@ class GroupWriter(_Counted):
     disk (``synchronous=FULL``), so one transaction per caller caps a busy
     process at one caller per flush. Here, whatever queued while the thread was
     busy goes into the next transaction together (up to :data:`GROUP_MAX_BATCHES`
-    and :data:`GROUP_MAX_BYTES`): one ``BEGIN IMMEDIATE``, each batch in its own
+    and :data:`GROUP_MAX_BYTES`, taking in no batch once it has held the lock for
+    :data:`GROUP_MAX_HOLD`): one ``BEGIN IMMEDIATE``, each batch in its own
     ``SAVEPOINT`` (a batch that fails rolls back alone, and only its caller gets
     the error), one ``COMMIT``, then every caller gets its own result. A caller
     alone in the queue gets a transaction of its own, exactly as without grouping.
@@ -842,8 +906,10 @@ class GroupWriter(_Counted):
         grouped: bool = True,
         max_batches: int = GROUP_MAX_BATCHES,
         max_bytes: int = GROUP_MAX_BYTES,
+        max_hold: float | None = None,
     ) -> None:
-        self._batches = _Queue(max_batches if grouped else 1, max_bytes)
+        hold = GROUP_MAX_HOLD if max_hold is None else max_hold  # (read now: tests may set it)
+        self._batches = _Queue(max_batches if grouped else 1, max_bytes, hold)
         self._thread = threading.Thread(
             target=_serve_groups, args=(self._batches, connect), name=name, daemon=True
         )
@@ -865,24 +931,12 @@ class GroupWriter(_Counted):
             raise RuntimeError(msg)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-
-        def notify(batch: _Batch) -> None:
-            with contextlib.suppress(RuntimeError):  # the caller's loop has closed
-                loop.call_soon_threadsafe(_resolve, future, batch.result, batch.error)
-
-        batch = _Batch(fn, size, notify)
+        batch = _Batch(fn, size, (loop, future))
         self._batches.put(batch)
         try:
-            return await asyncio.shield(future)
+            return await future
         except asyncio.CancelledError:
-            batch.withdrawn = True
-            if not batch.started:
-                raise
-            while not future.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(future)
-            if not future.cancelled():
-                future.exception()  # retrieved: the caller asked to be cancelled
+            await _settle(batch, loop)  # (the same handshake as Worker's jobs)
             raise
 
     def stop(self, *, wait: bool) -> None:
@@ -904,9 +958,14 @@ class SharedWrites(_Counted):
     """
 
     def __init__(
-        self, *, max_batches: int = GROUP_MAX_BATCHES, max_bytes: int = GROUP_MAX_BYTES
+        self,
+        *,
+        max_batches: int = GROUP_MAX_BATCHES,
+        max_bytes: int = GROUP_MAX_BYTES,
+        max_hold: float | None = None,
     ) -> None:
-        self._batches = _Queue(max_batches, max_bytes)
+        hold = GROUP_MAX_HOLD if max_hold is None else max_hold
+        self._batches = _Queue(max_batches, max_bytes, hold)
 
     def run(
         self,
@@ -918,15 +977,15 @@ class SharedWrites(_Counted):
         """Run ``fn`` in a write transaction on this file, led by us or by another writer."""
         batch = _Batch(fn, size)
         self._batches.put(batch)
-        while not batch.finished:
+        while not batch.settled:
             with write_lock:
-                if batch.finished:
+                if batch.settled:
                     break
                 with self._batches.cond:
                     group = self._batches.take_now()
                 if group:
                     self._batches.groups += 1
-                    commit_group(conn, group, self._batches.requeue)
+                    commit_group(conn, group, self._batches)
         if batch.error is not None:
             raise batch.error
         result: T = batch.result

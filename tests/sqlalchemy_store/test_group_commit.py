@@ -5,11 +5,16 @@ holds the file's write lock (as another process would), so the writer thread
 waits in ``BEGIN IMMEDIATE`` with the first batch while the others queue; when
 the lock is released, the first batch commits alone and everything queued behind
 it goes into one transaction. The writer's count of transactions proves it.
+
+The hold limit (``GROUP_MAX_HOLD``, a time) is lifted for these tests (``no_hold_limit``)
+so that a loaded machine cannot split a group the test counts; its own tests set it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import math
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -45,6 +50,12 @@ async def _store(engine: AsyncEngine, tmp_path: Path) -> SessionStore:
     )
     await s.session("warm").add_items([item(-1, 0)])  # schema checked: writes take the driver path
     return s
+
+
+@pytest.fixture(autouse=True)
+def no_hold_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writers made during the test keep taking batches however long a group holds the lock."""
+    monkeypatch.setattr(lite, "GROUP_MAX_HOLD", math.inf)
 
 
 @pytest.fixture
@@ -294,6 +305,10 @@ async def test_cancelled_after_joining_settles_once_the_group_committed(
     for _ in range(20):
         await asyncio.sleep(0)
     assert not joined.done()  # held until the group has finished
+    joined.cancel()  # a second cancel while it waits: still held
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not joined.done()
     go_on.set()
     with pytest.raises(asyncio.CancelledError):
         await joined
@@ -356,3 +371,93 @@ async def test_group_commit_can_be_turned_off(tmp_path: Path) -> None:
     finally:
         await s.close()
         await on.dispose()
+
+
+class _Rows:
+    """A bare table written by raw jobs on a writer of our own (its hold limit chosen)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.blocker = sqlite3.connect(path, isolation_level=None)
+        self.blocker.execute("PRAGMA journal_mode = WAL")
+        self.blocker.execute("CREATE TABLE rows (n INTEGER NOT NULL)")
+
+    def writer(self, max_hold: float) -> lite.GroupWriter:
+        connect = functools.partial(lite.open_connection, (str(self.path),), {})
+        return lite.GroupWriter(connect, "test-writer", max_hold=max_hold)
+
+    def values(self) -> list[int]:
+        return [n for (n,) in self.blocker.execute("SELECT n FROM rows ORDER BY rowid")]
+
+
+def _insert(
+    n: int, before: Callable[[], None] = lambda: None
+) -> Callable[[sqlite3.Connection], int]:
+    def job(conn: sqlite3.Connection) -> int:
+        before()
+        conn.execute("INSERT INTO rows (n) VALUES (?)", (n,))
+        return n
+
+    return job
+
+
+async def test_a_group_past_its_hold_limit_sends_the_rest_back_unjoined(tmp_path: Path) -> None:
+    """Held past the limit, a group commits what ran; the rest lead the next, and may withdraw.
+
+    Limit 0: every group runs one batch. The first batch of the taken group blocks
+    until the test has cancelled a later one of the same group: that one was taken
+    but never joined, so its cancel is raised at once and it never runs.
+    """
+    rows = _Rows(tmp_path / "hold.db")
+    writer = rows.writer(max_hold=0.0)
+    started, go_on = threading.Event(), threading.Event()
+
+    def block() -> None:
+        started.set()
+        assert go_on.wait(20)
+
+    try:
+        rows.blocker.execute("BEGIN IMMEDIATE")  # the writer waits in BEGIN with batch 0
+        first = asyncio.create_task(writer.call(_insert(0)))
+        await until(lambda: writer.groups == 1 and writer.pending() == 0)
+        tasks = [
+            asyncio.create_task(writer.call(_insert(n, block if n == 1 else lambda: None)))
+            for n in (1, 2, 3, 4)
+        ]
+        await until(lambda: writer.pending() == 4)
+        rows.blocker.execute("COMMIT")
+        await until(started.is_set)  # batch 1 runs: its group (1-4) was taken whole
+        assert writer.groups == 2
+        assert writer.pending() == 0
+        tasks[2].cancel()  # batch 3: taken, not joined
+        with pytest.raises(asyncio.CancelledError):
+            await tasks[2]
+        assert not tasks[0].done()  # raised while the group still ran batch 1
+        go_on.set()
+        assert await asyncio.gather(first, tasks[0], tasks[1], tasks[3]) == [0, 1, 2, 4]
+        assert writer.groups == 4  # 0 | 1 (then 2-4 sent back) | 2 (3 withdrawn) | 4
+        assert rows.values() == [0, 1, 2, 4]
+        assert len(writer.holds()) == 4
+    finally:
+        go_on.set()
+        writer.stop(wait=True)
+        rows.blocker.close()
+
+
+async def test_within_its_hold_limit_a_group_takes_everything_queued(tmp_path: Path) -> None:
+    """The same queue with no hold limit: the batches behind the stalled one share one group."""
+    rows = _Rows(tmp_path / "nohold.db")
+    writer = rows.writer(max_hold=math.inf)
+    try:
+        rows.blocker.execute("BEGIN IMMEDIATE")
+        first = asyncio.create_task(writer.call(_insert(0)))
+        await until(lambda: writer.groups == 1 and writer.pending() == 0)
+        tasks = [asyncio.create_task(writer.call(_insert(n))) for n in (1, 2, 3, 4)]
+        await until(lambda: writer.pending() == 4)
+        rows.blocker.execute("COMMIT")
+        assert await asyncio.gather(first, *tasks) == [0, 1, 2, 3, 4]
+        assert writer.groups == 2
+        assert rows.values() == [0, 1, 2, 3, 4]
+    finally:
+        writer.stop(wait=True)
+        rows.blocker.close()
