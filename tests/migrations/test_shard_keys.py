@@ -54,6 +54,9 @@ EXPECTED: dict[str, set[Key]] = {
     "branches": {
         _key("primary key", ["session_id", "branch_id"]),
     },
+    "clear_generations": {
+        _key("primary key", ["session_id"]),
+    },
     "version_table": {
         _key("primary key", ["version_num"]),  # per lineage, not per session: keep it local
     },
@@ -80,6 +83,7 @@ def _schema(conn: Connection, names: TableNames) -> dict[str, set[Key]]:
         "structure": names.structure,
         "turn_usage": names.turn_usage,
         "branches": names.branches,
+        "clear_generations": names.clear_generations,
         "version_table": names.version_table,
     }
     return {role: _keys(conn, table) for role, table in tables.items()}
@@ -92,4 +96,5 @@ async def test_which_keys_lead_with_session_id(engine: AsyncEngine, names: Table
         found = await conn.run_sync(lambda c: _schema(c, names))
     assert found == EXPECTED
     leading = {role for role, keys in found.items() for k in keys if k[0] == "primary key" and k[2]}
-    assert leading == {"sessions", "branches"}  # primary keys a sharded engine could route on
+    # primary keys a sharded engine could route on
+    assert leading == {"sessions", "branches", "clear_generations"}
