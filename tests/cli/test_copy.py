@@ -55,6 +55,7 @@ async def test_copy_sqlite_to_target_is_exact(cli, sqlite_source: str) -> None:
         "items_present": 0,
         "advanced_sessions": 0,
         "advanced_skipped": 0,
+        "advanced_cleared": 0,
     }
     expected = await snapshot(source, cli.names)
     assert len(expected) == SESSIONS
