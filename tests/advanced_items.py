@@ -7,6 +7,8 @@ from typing import Any
 
 from agents.usage import InputTokensDetails, OutputTokensDetails, Usage
 
+from agents_memory import SessionStore, TableNames
+
 
 def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text}
@@ -35,3 +37,22 @@ def run_result(requests: int, input_tokens: int, output_tokens: int) -> Any:
         output_tokens_details=OutputTokensDetails(reasoning_tokens=2),
     )
     return SimpleNamespace(context_wrapper=SimpleNamespace(usage=usage))
+
+
+async def advanced_view(url: str, names: TableNames, sid: str) -> dict[str, object]:
+    """What an advanced session reads back: items per branch, turns, usage, tools."""
+    kw = {"sessions_table": names.sessions, "messages_table": names.messages}
+    async with SessionStore.from_url(url, **kw) as store:
+        s = store.advanced_session(sid)
+        branches = [b["branch_id"] for b in await s.list_branches()]
+        view: dict[str, object] = {"branches": branches}
+        for b in branches:
+            view[f"items:{b}"] = await s.get_items(branch_id=b)
+            view[f"turns:{b}"] = [
+                (t["turn"], t["full_content"]) for t in await s.get_conversation_turns(b)
+            ]
+            view[f"usage:{b}"] = await s.get_turn_usage(branch_id=b)
+            view[f"tools:{b}"] = await s.get_tool_usage(b)
+            view[f"by_turn:{b}"] = await s.get_conversation_by_turns(b)
+        view["usage"] = await s.get_session_usage()
+        return view

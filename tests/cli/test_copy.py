@@ -212,28 +212,9 @@ async def test_copy_of_an_item_past_max_allowed_packet(cli, file_backend, tmp_pa
         assert await target.session("zbig").get_items() == []
 
 
-async def advanced_view(url: str, names, sid: str) -> dict[str, object]:
-    """What an advanced session reads back: items per branch, turns, usage, tools."""
-    kw = {"sessions_table": names.sessions, "messages_table": names.messages}
-    async with SessionStore.from_url(url, **kw) as store:
-        s = store.advanced_session(sid)
-        branches = [b["branch_id"] for b in await s.list_branches()]
-        view: dict[str, object] = {"branches": branches}
-        for b in branches:
-            view[f"items:{b}"] = await s.get_items(branch_id=b)
-            view[f"turns:{b}"] = [
-                (t["turn"], t["full_content"]) for t in await s.get_conversation_turns(b)
-            ]
-            view[f"usage:{b}"] = await s.get_turn_usage(branch_id=b)
-            view[f"tools:{b}"] = await s.get_tool_usage(b)
-            view[f"by_turn:{b}"] = await s.get_conversation_by_turns(b)
-        view["usage"] = await s.get_session_usage()
-        return view
-
-
 async def test_copy_carries_advanced_sessions(cli, tmp_path: Path) -> None:
     """Branches, turns, usage and used names cross with the items; a re-run adds nothing."""
-    from advanced_items import answer, call, output, run_result, user  # noqa: PLC0415
+    from advanced_items import advanced_view, answer, call, output, run_result, user  # noqa: PLC0415
 
     from agents_memory import migrations  # noqa: PLC0415
 
