@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from advanced_items import advanced_view, answer, call, output, run_result, user
-from sqlalchemy import func, insert, select
+from advanced_items import advanced_counts, advanced_view, answer, branched, user
+from sqlalchemy import insert, select
 
 from agents_memory import SessionStore, TableNames, create_engine, get_models, migrations
 
@@ -27,18 +27,7 @@ async def seed(url: str, names: TableNames) -> None:
     """A plain session, an advanced one (two branches, usage, a deleted branch), a cleared one."""
     async with SessionStore.from_url(url, **kw(names)) as store:
         await store.session("plain").add_items([user("plain")])
-        s = store.advanced_session("adv")
-        await s.add_items([user("Grüße, first"), answer("one")])
-        await s.store_run_usage(run_result(1, 10, 1))
-        await s.add_items([user("second"), call("lookup", "c1"), output("c1"), answer("two")])
-        await s.store_run_usage(run_result(2, 20, 2))
-        await s.create_branch_from_turn(2, "alt")
-        await s.add_items([user("second, again"), answer("two again")])
-        await s.store_run_usage(run_result(3, 30, 3))
-        await s.create_branch_from_turn(1, "gone")
-        await s.add_items([user("on a branch soon deleted")])
-        await s.switch_to_branch("alt")
-        await s.delete_branch("gone")
+        await branched(store.advanced_session("adv"))
         wiped = store.advanced_session("wiped")
         await wiped.add_items([user("w1"), user("w2")])
         await wiped.create_branch_from_turn(2, "w-alt")
@@ -52,20 +41,6 @@ async def names_of(url: str, names: TableNames, sid: str) -> set[str]:
         async with engine.connect() as conn:
             query = select(branches.c.branch_id).where(branches.c.session_id == sid)
             return set((await conn.execute(query)).scalars())
-    finally:
-        await engine.dispose()
-
-
-async def counts(url: str, names: TableNames) -> list[int]:
-    models = get_models(names)
-    tables = (models.Structure.__table__, models.TurnUsage.__table__, models.Branch.__table__)
-    engine = create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            return [
-                int((await conn.execute(select(func.count()).select_from(t))).scalar_one())
-                for t in tables
-            ]
     finally:
         await engine.dispose()
 
@@ -126,10 +101,10 @@ async def test_round_trip_between_databases(cli: Any, tmp_path: Path) -> None:
     assert result["advanced_cleared"] == 1
     assert await advanced_view(other, names, "adv") == expected
     assert await names_of(other, names, "wiped") == {"main", "w-alt"}
-    before = await counts(other, names)
+    before = await advanced_counts(other, names)
     again = await cli.raw("import", str(path), "--url", other, *_tables(names), "--json")
     assert json.loads(again.stdout)["items_written"] == 0
-    assert await counts(other, names) == before  # no duplicates
+    assert await advanced_counts(other, names) == before  # no duplicates
     await assert_names_used(other, names)
 
     # and into the database under test, from scratch
