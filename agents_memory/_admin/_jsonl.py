@@ -175,6 +175,18 @@ def _fields(value: object, key: str, kinds: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+_INT32 = 2**31
+"""Turn numbers are 32-bit columns (``INTEGER``): checked here, not refused by the database."""
+
+
+def _turns(fields: dict[str, Any], key: str, *names: str) -> None:
+    for name in names:
+        value = fields[name]
+        if value is not None and not -_INT32 <= value < _INT32:
+            msg = f'"{key}.{name}" must be a 32-bit integer, got {value}'
+            raise ValueError(msg)
+
+
 def _branch(value: object, key: str = "branch") -> str:
     if not isinstance(value, str) or not value or len(value) > BRANCH_ID_MAX_LENGTH:
         msg = f'"{key}" must be a branch name (text of 1 to {BRANCH_ID_MAX_LENGTH} characters)'
@@ -193,11 +205,13 @@ def _advanced(value: dict[str, Any], keys: frozenset[str]) -> Advanced | Cleared
             msg = '"structure.item" must be 1 or more (the position of the session\'s item)'
             raise ValueError(msg)
         _branch(f["branch_id"], "structure.branch_id")
+        _turns(f, "structure", "user_turn_number", "branch_turn_number")
         rest = {k: f[k] for k in _STRUCTURE_FIELDS if k != "item"}
         return TurnRow(item=f["item"] - 1, created_at=when, **rest)
     if keys == _USAGE_KEYS:
         f = _fields(value["usage"], "usage", _USAGE_FIELDS)
         _branch(f["branch_id"], "usage.branch_id")
+        _turns(f, "usage", "user_turn_number")
         return UsageRow(created_at=when, **f)
     name = BranchName(_branch(value["branch"]), when)
     if keys == _BRANCH_KEYS:

@@ -215,3 +215,38 @@ async def test_a_clear_by_another_process(
     else:
         assert seen["got"] == [user("main after the clear")]
     assert await a.get_items(branch_id="stale") == []
+
+
+async def test_a_switch_overtaken_by_this_objects_clear_stays_on_main(
+    rstore: SessionStore, backend: Any
+) -> None:
+    """The SDK's test_stale_switch_after_clear_does_not_repoint_to_deleted_branch.
+
+    The switch is held after it found the branch, before it reads the generation;
+    the same object's clear runs to the end meanwhile; the switch then finishes
+    and leaves the object on main (the clear wins).
+    """
+    if backend.id == "sqlite-memory":
+        pytest.skip("one connection in memory: the held read would keep the clear waiting")
+    s = rstore.advanced_session("race")
+    await s.add_items([user("u1"), answer("a1"), user("u2"), answer("a2")])
+    await s.create_branch_from_turn(2, "branch_a")
+    await s.switch_to_branch("main")
+    started, release = asyncio.Event(), asyncio.Event()
+    real = s._generation_now
+
+    async def held(conn: Any) -> int:
+        started.set()
+        await release.wait()
+        return await real(conn)
+
+    s._generation_now = held  # type: ignore[method-assign]
+    switch = asyncio.create_task(s.switch_to_branch("branch_a"))
+    await started.wait()
+    del s._generation_now  # the clear reads it as usual
+    await s.clear_session()
+    assert not switch.done()  # the race happened: the clear finished first
+    release.set()
+    await switch
+    assert s.current_branch_id == "main"
+    assert await s.get_items() == []
