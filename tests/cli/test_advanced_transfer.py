@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import raw_rows
 from advanced_items import advanced_counts, advanced_view, answer, branched, user
-from sqlalchemy import insert, select
+from sqlalchemy import select
 
 from agents_memory import SessionStore, TableNames, create_engine, get_models, migrations
 
@@ -169,11 +170,9 @@ async def test_a_corrupt_item_leaves_the_rows_out(cli: Any, tmp_path: Path) -> N
     names = cli.names
     await migrations.upgrade(cli.url, **kw(names))
     await seed(cli.url, names)
-    messages = get_models(names).Message.__table__
     engine = create_engine(cli.url)
     try:
-        async with engine.begin() as conn:
-            await conn.execute(insert(messages).values(session_id="adv", message_data="{not json"))
+        await raw_rows.insert_raw(engine, names, "adv", "{not json")
     finally:
         await engine.dispose()
     path = tmp_path / "adv.jsonl"
