@@ -184,6 +184,8 @@ _ROLES = {
     "turn_usage_fk": "turn usage table's foreign key",
     "turn_usage_unique": "turn usage table's unique key (session_id, branch_id, turn)",
     "branches_pk": "branch names table's primary key",
+    "clear_generations": "clear generations table",
+    "clear_generations_pk": "clear generations table's primary key",
     "migration_lock_table": "migration lock table",
     "migration_lock_pk": "migration lock table's primary key",
     "sessions_rebuild": "copy Alembic rebuilds the sessions table through",
@@ -197,8 +199,10 @@ _DATABASE_LABELS = {"postgresql": "Postgres", "mysql": "MySQL/MariaDB", "sqlite"
 STRUCTURE_SUFFIX = "_structure"
 TURN_USAGE_SUFFIX = "_turn_usage"
 BRANCHES_SUFFIX = "_branches"
+CLEAR_GENERATIONS_SUFFIX = "_clear_generations"
 """The advanced (branching) sessions' tables are named after the pair:
-``<messages>_structure``, ``<sessions>_turn_usage`` and ``<sessions>_branches``."""
+``<messages>_structure``, ``<sessions>_turn_usage``, ``<sessions>_branches`` and
+``<sessions>_clear_generations``."""
 
 MIGRATION_LOCK_SUFFIX = "_migration_lock"
 PARTITION_SUFFIX = "_p"
@@ -223,6 +227,7 @@ def _advanced_conventions(s: str, m: str) -> dict[str, str]:
     structure = suffixed(m, STRUCTURE_SUFFIX)
     usage = suffixed(s, TURN_USAGE_SUFFIX)
     branches = suffixed(s, BRANCHES_SUFFIX)
+    generations = suffixed(s, CLEAR_GENERATIONS_SUFFIX)
     ix, fk = NAMING_CONVENTION["ix"], NAMING_CONVENTION["fk"]
     return {
         "structure_pk": NAMING_CONVENTION["pk"] % {"table_name": structure},
@@ -247,6 +252,7 @@ def _advanced_conventions(s: str, m: str) -> dict[str, str]:
         "turn_usage_unique": NAMING_CONVENTION["uq"]
         % {"table_name": usage, "column_0_name": "session_id"},
         "branches_pk": NAMING_CONVENTION["pk"] % {"table_name": branches},
+        "clear_generations_pk": NAMING_CONVENTION["pk"] % {"table_name": generations},
     }
 
 
@@ -286,6 +292,7 @@ def _derived_names(sessions: str, messages: str, database: str) -> dict[str, str
         "structure": suffixed(m, STRUCTURE_SUFFIX),
         "turn_usage": suffixed(s, TURN_USAGE_SUFFIX),
         "branches": suffixed(s, BRANCHES_SUFFIX),
+        "clear_generations": suffixed(s, CLEAR_GENERATIONS_SUFFIX),
         "version_table": version,
         "version_table_pk": f"{version}{VERSION_KEY_SUFFIX}",
         **{role: _convention_name(name, limit) for role, name in conventions.items()},
@@ -412,7 +419,14 @@ class TableNames:
     @property
     def tables(self) -> tuple[str, ...]:
         """Every table of this set (the version table aside), parents first."""
-        return (self.sessions, self.messages, self.structure, self.turn_usage, self.branches)
+        return (
+            self.sessions,
+            self.messages,
+            self.structure,
+            self.turn_usage,
+            self.branches,
+            self.clear_generations,
+        )
 
     @property
     def structure(self) -> str:
@@ -428,6 +442,11 @@ class TableNames:
     def branches(self) -> str:
         """The advanced sessions' branch names ever used per session (so none is reused)."""
         return suffixed(self.sessions, BRANCHES_SUFFIX)
+
+    @property
+    def clear_generations(self) -> str:
+        """The advanced sessions' count of clears per session (a stale object's branch resets)."""
+        return suffixed(self.sessions, CLEAR_GENERATIONS_SUFFIX)
 
     def derived_names(self, database: str = "postgresql") -> dict[str, str]:
         """Every name this set makes in ``database`` (a SQLAlchemy dialect name), by role.

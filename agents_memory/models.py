@@ -40,7 +40,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from agents_memory._ids import SESSION_ID_MAX_LENGTH
 from agents_memory._tables import NAMING_CONVENTION, TableNames, advanced_conventions
 
-REVISION = "0006"
+REVISION = "0007"
 """The Alembic revision these models describe: the newest in ``alembic/versions/``.
 
 The stdlib ``SQLiteSession`` creates a fresh file from the models and stamps it
@@ -110,6 +110,8 @@ class Models(NamedTuple):
     """Advanced sessions: token usage per (session, branch, user turn)."""
     Branch: type[Any]
     """Advanced sessions: every branch name a session has used (so none is reused)."""
+    ClearGeneration: type[Any]
+    """Advanced sessions: how many times each session was cleared (stale branches reset)."""
 
 
 def get_models(names: TableNames | None = None) -> Models:
@@ -276,6 +278,22 @@ def _build(names_: TableNames) -> Models:
             TIMESTAMP_TYPE, server_default=current_timestamp(), nullable=False
         )
 
+    class ClearGeneration(Base):
+        """How many times an advanced session was cleared: its branches' generation (rev. 0007).
+
+        An object whose current branch is not ``main`` remembers the generation it
+        chose that branch in; when another object or process clears the session,
+        the count moves on and the object's next operation acts on ``main`` (the
+        SDK's ``session_clear_generations``). No row: never cleared (0). No foreign
+        key: it outlives the clear, which deletes the session row.
+        """
+
+        __tablename__ = names_.clear_generations
+        __table_args__ = (MYSQL_TABLE_OPTIONS,)
+
+        session_id: Mapped[str] = mapped_column(String(SESSION_ID_MAX_LENGTH), primary_key=True)
+        generation: Mapped[int] = mapped_column(BigInteger(), nullable=False)
+
     return Models(
         Session=Session,
         Message=Message,
@@ -284,6 +302,7 @@ def _build(names_: TableNames) -> Models:
         Structure=Structure,
         TurnUsage=TurnUsage,
         Branch=Branch,
+        ClearGeneration=ClearGeneration,
     )
 
 

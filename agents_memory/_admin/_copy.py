@@ -5,7 +5,8 @@ target is migrated first, then sessions stream across in batches (one
 transaction each) with their original times and order. Re-running after an
 interruption finishes the job without duplicating anything; see
 :mod:`agents_memory._admin._transfer` for how. With ``resume`` or ``replace``,
-advanced sessions' turns, usage and branch names follow their items
+advanced sessions' turns, usage and branch names follow their items, and the
+branch names of sessions cleared in the source follow too
 (:mod:`agents_memory._admin._advanced_copy`).
 """
 
@@ -52,5 +53,5 @@ async def copy(
             )
             if if_exists in ("resume", "replace"):
                 carried = await carry_advanced(backend_of(src), backend_of(dst))
-                result.advanced_sessions, result.advanced_skipped = carried
+                result.carried(carried)
             return result

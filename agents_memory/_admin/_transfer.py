@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from agents_memory._admin._errors import ConflictError, NotFoundError
 from agents_memory._admin._types import IF_EXISTS, IfExists, NoProgress, Progress
@@ -37,6 +38,9 @@ from agents_memory._sqlalchemy._bulk import (
     SessionWrite,
 )
 from agents_memory._sqlalchemy._timestamps import naive_utc
+
+if TYPE_CHECKING:
+    from agents_memory._admin._advanced_copy import Carried
 
 PAGE_SIZE = 500
 """Session rows read (and looked up in the target) per query."""
@@ -67,9 +71,17 @@ class TransferResult:
     items_present: int = 0
     """Items not written because the target already held them (or kept its own, ``skip``)."""
     advanced_sessions: int = 0
-    """Advanced sessions whose turns, usage and branch names were carried (``copy``)."""
+    """Advanced sessions whose turns, usage and branch names were carried."""
     advanced_skipped: int = 0
-    """Advanced sessions left as they were: the target's items differ in number (``copy``)."""
+    """Advanced sessions left as they were: the target's items differ in number."""
+    advanced_cleared: int = 0
+    """Sessions cleared in the source (no row, no items) whose used branch names were carried."""
+
+    def carried(self, carried: Carried) -> None:
+        """Count what carrying the advanced rows did (``resume`` and ``replace`` only)."""
+        self.advanced_sessions = carried.sessions
+        self.advanced_skipped = carried.skipped
+        self.advanced_cleared = carried.cleared
 
 
 def _opened(entry: ItemRecord, keyring: Keyring | None) -> dict[str, object] | None:

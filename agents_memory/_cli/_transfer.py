@@ -122,7 +122,9 @@ def export(
     A header is {"session", "created_at", "updated_at", "metadata"}, an item
     {"item", "created_at"}; `agents-memory import` reads it back exactly. An
     encrypted item is written as it is stored, {"sealed", "created_at"} (no key
-    needed), unless --decrypt.
+    needed), unless --decrypt. An advanced session's turns, usage and branch names
+    follow its items ({"structure"}, {"usage"}, {"branch"} lines), and a whole-store
+    export ends with the branch names of cleared sessions ({"cleared_session"}).
     """
     where = target(ctx, url, sessions_table, messages_table)
     if decrypt:

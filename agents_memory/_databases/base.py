@@ -902,6 +902,15 @@ class Database:
         raise NotImplementedError
 
     @classmethod
+    def bump_generation(cls, generations: Table) -> Executable:
+        """Count one more clear of the advanced session ``sid``: 1 for a new row, else + 1.
+
+        One statement (the database's upsert), so two clears of sessions without a
+        row yet never both insert, nor wait on each other's gap.
+        """
+        raise NotImplementedError
+
+    @classmethod
     def metadata_filter(
         cls, sessions: Table, wanted: Mapping[str, MetadataFilterValue]
     ) -> ColumnElement[bool]:

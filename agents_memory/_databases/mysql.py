@@ -610,6 +610,15 @@ class MySQL(Database):
         )
 
     @classmethod
+    def bump_generation(cls, generations: Table) -> Executable:
+        sid = bindparam("sid", type_=generations.c.session_id.type)
+        return (
+            mysql.insert(generations)
+            .values(session_id=sid, generation=1)
+            .on_duplicate_key_update(generation=generations.c.generation + 1)
+        )
+
+    @classmethod
     def metadata_filter(
         cls, sessions: Table, wanted: Mapping[str, MetadataFilterValue]
     ) -> ColumnElement[bool]:

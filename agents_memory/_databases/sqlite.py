@@ -1339,6 +1339,18 @@ class SQLite(Database):
         return {"now": now()}
 
     @classmethod
+    def bump_generation(cls, generations: Table) -> Executable:
+        sid = bindparam("sid", type_=generations.c.session_id.type)
+        return (
+            sqlite_dialect.insert(generations)
+            .values(session_id=sid, generation=1)
+            .on_conflict_do_update(
+                index_elements=[generations.c.session_id],
+                set_={"generation": generations.c.generation + 1},
+            )
+        )
+
+    @classmethod
     def metadata_filter(
         cls, sessions: Table, wanted: Mapping[str, MetadataFilterValue]
     ) -> ColumnElement[bool]:

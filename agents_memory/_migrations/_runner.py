@@ -170,7 +170,7 @@ def check_layout(context: MigrationContext, names: TableNames, layout: Layout) -
     msg = (
         f"messages table {names.messages!r} has {built}, not {partitions}: the layout is "
         f"chosen when revision {BUILT_AT} builds that table, and this database has it already. "
-        "To rebuild it with another layout, keeping every row: "
+        "To rebuild it with another layout, keeping every session and its items: "
         f"`agents-memory db downgrade {_before(BUILT_AT)}` with the same --url and table "
         f"options, then `agents-memory db upgrade --partitions {partitions}`"
     )

@@ -15,6 +15,14 @@ The current branch is this object's own state (as in the SDK): ``main`` until
 :meth:`switch_to_branch` or a new branch, and again after :meth:`clear_session`.
 Branch names stay used after a clear, as in the SDK (revision 0005); deleting the
 session (``SessionStore.delete_session``, ``prune``) frees them.
+
+A clear by another object or process moves the session's clear generation on
+(``TableNames.clear_generations``, revision 0007, the SDK's
+``session_clear_generations``). An object on a branch other than ``main``
+remembers the generation it chose that branch at and compares it, in the same
+transaction or read, before each operation on its current branch: when it has
+moved, the operation acts on ``main`` and the object stays there. An object on
+``main`` reads nothing more.
 """
 
 from __future__ import annotations
@@ -30,10 +38,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import (
+    BindParameter,
     ColumnElement,
     String,
     Table,
     and_,
+    bindparam,
     case,
     delete,
     exists,
@@ -65,6 +75,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 MAIN = "main"
+
+_BRANCH = "branch"
+"""The bound parameter of a read's branch: the current one is known only on the connection."""
 
 TOOL_CALL_TYPES = (
     "tool_call",
@@ -246,7 +259,12 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         self._structure: Table = models.Structure.__table__
         self._usage: Table = models.TurnUsage.__table__
         self._branches: Table = models.Branch.__table__
+        self._generations: Table = models.ClearGeneration.__table__
         self._branch = MAIN
+        self._generation = 0
+        """The session's clear generation when :attr:`_branch` was chosen (for a branch only)."""
+        self._clears = 0
+        """Clears this object has finished: a branch chosen before one is not taken up after."""
         self._logger = _log
 
     # -- plumbing -------------------------------------------------------------------------------
@@ -285,11 +303,14 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         row stays, so no cascade from it runs, and usage and branch names hang off
         the session, not the items. Not checked
         against the keyring, as a plain session's write to an expired one is not.
-        The session is back on ``main``, as after ``clear_session``.
+        The session is back on ``main``, as after ``clear_session``, for every object
+        of it (the clear generation moves on).
         """
         sid = self.session_id
         for table in (self._structure, self._usage, self._branches, self._backend.st.messages):
             await conn.execute(delete(table).where(table.c.session_id == sid))
+        # As a clear: objects still on a branch of the old history go back to main.
+        await conn.execute(self._backend.db.bump_generation(self._generations), {"sid": sid})
         self._branch = MAIN
 
     async def _write(self, body: Callable[[AsyncConnection], Awaitable[T]]) -> T:
@@ -372,7 +393,50 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         rows = (await conn.execute(heads_where(self._backend.st.messages, which))).all()
         check_heads(rows, self._backend.keyring)
 
-    def _where(self, branch: str) -> ColumnElement[bool]:
+    async def _generation_now(self, conn: AsyncConnection) -> int:
+        """How many times the session has been cleared (no row: never)."""
+        g = self._generations.c
+        found = (
+            await conn.execute(select(g.generation).where(g.session_id == self.session_id))
+        ).scalar()
+        return int(found or 0)
+
+    async def _resolve(self, conn: AsyncConnection, state: tuple[str, int]) -> str:
+        """The branch an operation called on ``state`` (branch, generation) acts on.
+
+        ``main`` when another object has cleared the session since the branch was
+        chosen (the generation moved on); the object is then back on ``main``,
+        unless it has moved meanwhile. On ``main`` nothing is read.
+        """
+        branch, generation = state
+        if branch == MAIN:
+            return MAIN
+        now = await self._generation_now(conn)
+        if now == generation:
+            return branch
+        if (self._branch, self._generation) == state:
+            self._branch, self._generation = MAIN, now
+            self._logger.debug("%r was cleared elsewhere: back on main", self.session_id)
+        return MAIN
+
+    async def _branch_for(self, conn: AsyncConnection, branch_id: str | None) -> str:
+        """``branch_id``, or the current branch as :meth:`_resolve` finds it."""
+        if branch_id is not None:
+            return _validate_branch_id(branch_id)
+        return await self._resolve(conn, (self._branch, self._generation))
+
+    async def _bind_branch(self, conn: AsyncConnection, branch_id: str | None) -> dict[str, str]:
+        """The ``_BRANCH`` parameter of a read: :meth:`_branch_for`."""
+        return {_BRANCH: await self._branch_for(conn, branch_id)}
+
+    def _choose(self, branch: str, generation: int, clears: int) -> bool:
+        """Make ``branch`` current, read at ``generation``, unless this object cleared since."""
+        if self._clears != clears:
+            return False  # a clear finished meanwhile: its main wins
+        self._branch, self._generation = branch, generation
+        return True
+
+    def _where(self, branch: str | BindParameter[str]) -> ColumnElement[bool]:
         s = self._structure.c
         return and_(s.session_id == self.session_id, s.branch_id == branch)
 
@@ -390,17 +454,17 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             return []
         if n is not None:
             check_sql_int("limit", n)
-        branch = self._branch_of(branch_id)
+        self._branch_of(branch_id)  # checked before any read
         m, s = self._backend.st.messages, self._structure
-        query = (
-            select(m.c.position, m.c.message_data)
-            .join(s, _holds(s, m))
-            .where(self._where(branch))
-            .order_by(s.c.sequence_number.desc())
-        )
         on_corrupt, keyring = self._backend.on_corrupt, self._backend.keyring
 
         async def body(conn: AsyncConnection) -> list[dict[str, Any]]:
+            query = (
+                select(m.c.position, m.c.message_data)
+                .join(s, _holds(s, m))
+                .where(self._where(await self._branch_for(conn, branch_id)))
+                .order_by(s.c.sequence_number.desc())
+            )
             if n is None:
                 rows = (await conn.execute(query)).all()
                 return decode_rows(reversed(rows), on_corrupt=on_corrupt, keyring=keyring)
@@ -435,26 +499,28 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             return
         data = self._seal(data)
         kinds = [(message_type(item), tool_name(item)) for item in items]  # type: ignore[arg-type]
+        state = (self._branch, self._generation)  # a later switch does not redirect this call
 
         async def body(conn: AsyncConnection) -> None:
             top = await self._lock_session(conn, len(data))
-            await self._append(conn, data, kinds, top)
+            await self._append(conn, await self._resolve(conn, state), data, kinds, top)
 
         await self._write(body)
 
     async def _append(
         self,
         conn: AsyncConnection,
+        branch: str,
         data: list[str],
         kinds: list[tuple[str, str | None]],
         top: int,
     ) -> None:
-        """Insert encoded items and their structure rows on the current branch (under the lock).
+        """Insert encoded items and their structure rows on ``branch`` (under the lock).
 
         ``top``: the session's counter after :meth:`_lock_session` took ``len(data)``
         positions; the items take the positions up to it.
         """
-        branch, sid = self._branch, self.session_id
+        sid = self.session_id
         backend = self._backend
         s = self._structure
         params = numbered(sid, data, top, backend.db.clock_params())
@@ -504,13 +570,14 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         data = self._seal(encode_items(items, ensure_ascii=self._ensure_ascii))
         self._live()
         kinds = [(message_type(item), tool_name(item)) for item in items]  # type: ignore[arg-type]
-        branch = self._branch
+        state = (self._branch, self._generation)
 
         async def body(conn: AsyncConnection) -> None:
             top = await self._lock_session(conn, len(data))
+            branch = await self._resolve(conn, state)
             await self._drop_branch(conn, branch)
             if data:
-                await self._append(conn, data, kinds, top)
+                await self._append(conn, branch, data, kinds, top)
 
         await self._write(body)
 
@@ -531,13 +598,14 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         The item's row goes only when no other branch still holds it; a turn left
         with no items loses its usage row too.
         """
-        branch, sid = self._branch, self.session_id
+        state, sid = (self._branch, self._generation), self.session_id
         m, s, u = self._backend.st.messages, self._structure, self._usage
         on_corrupt, keyring = self._backend.on_corrupt, self._backend.keyring
 
         async def body(conn: AsyncConnection) -> dict[str, Any] | None:
             if not await self._lock_existing(conn):
                 return None  # expired: empty (its items wait for a write or a prune)
+            branch = await self._resolve(conn, state)
             while True:
                 row = (
                     await conn.execute(
@@ -622,11 +690,15 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
     async def clear_session(self) -> None:
         """Delete the session: its items, every branch and all usage; back on ``main``.
 
-        Every branch name used so far stays used (as in the SDK): the branches
-        holding items (``main`` has no reservation row of its own) are reserved
-        first, in a transaction of their own; names are reserved anyway while
-        they hold items, so one that fails the clear after it changes nothing.
+        One transaction, as the SDK's: every branch name used so far stays used
+        (the branches holding items are reserved; ``main`` has no reservation row
+        of its own until then), and the session's clear generation moves on, so
+        other objects of this session still on a branch act on ``main`` from their
+        next operation. As a plain clear, the session row is locked first (the
+        database's ``lock_session`` where it has one, which a key rotation's batch
+        waits for too) and nothing is deleted that the keyring could not open.
         """
+        backend = self._live()
         b, s, sid = self._branches, self._structure, self.session_id
         held = (
             select(s.c.session_id, s.c.branch_id)
@@ -641,13 +713,25 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             )
         )
 
-        async def reserve(conn: AsyncConnection) -> None:
-            await self._lock_existing(conn)
-            await conn.execute(insert(b).from_select(["session_id", "branch_id"], held))
+        sessions, messages = backend.st.sessions, backend.st.messages
+        lock = backend.st.lock_session
 
-        await self._write(reserve)
-        await super().clear_session()
-        self._branch = MAIN
+        async def body(conn: AsyncConnection) -> int:
+            await self._lock_existing(conn)  # SQLite: the file's write lock, first
+            if lock is not None:
+                await conn.execute(lock, {"sid": sid})
+            await conn.execute(insert(b).from_select(["session_id", "branch_id"], held))
+            await self._check_deletable(conn, messages.c.session_id == sid)
+            for table in (self._structure, self._usage, messages):
+                await conn.execute(delete(table).where(table.c.session_id == sid))
+            gone = await conn.execute(delete(sessions).where(sessions.c.session_id == sid))
+            if gone.rowcount:
+                await conn.execute(backend.db.bump_generation(self._generations), {"sid": sid})
+            return await self._generation_now(conn)
+
+        generation = await self._write(body)
+        self._branch, self._generation = MAIN, generation
+        self._clears += 1
 
     # -- usage ----------------------------------------------------------------------------------
 
@@ -661,7 +745,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             usage = result.context_wrapper.usage
             if usage is None:
                 return
-            branch, sid = self._branch, self.session_id
+            state, sid = (self._branch, self._generation), self.session_id
             s, u = self._structure, self._usage
             values = {
                 "requests": int(usage.requests or 0),
@@ -675,6 +759,10 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             async def body(conn: AsyncConnection) -> None:
                 if not await self._lock_existing(conn):
                     self._logger.debug("%r has expired: no turn to store usage for", sid)
+                    return
+                branch = await self._resolve(conn, state)
+                if branch != state[0]:  # cleared since the call: that run's turn is gone
+                    self._logger.debug("%r was cleared: no turn to store usage for", sid)
                     return
                 turn = (
                     await conn.execute(
@@ -729,7 +817,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         One turn's dict (``{}`` if it has none) when ``user_turn_number`` is given,
         else a list of every turn's, in turn order.
         """
-        branch = self._branch_of(branch_id)
+        self._branch_of(branch_id)  # checked before any read
         u = self._usage
         columns = (
             u.c.user_turn_number,
@@ -740,7 +828,9 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             u.c.input_tokens_details,
             u.c.output_tokens_details,
         )
-        query = select(*columns).where(u.c.session_id == self.session_id, u.c.branch_id == branch)
+        query = select(*columns).where(
+            u.c.session_id == self.session_id, u.c.branch_id == bindparam(_BRANCH)
+        )
         if user_turn_number is not None:
             query = query.where(u.c.user_turn_number == user_turn_number)
         query = query.order_by(u.c.user_turn_number)
@@ -757,7 +847,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             }
 
         async def body(conn: AsyncConnection) -> list[dict[str, Any]] | dict[str, Any]:
-            rows = (await conn.execute(query)).all()
+            rows = (await conn.execute(query, await self._bind_branch(conn, branch_id))).all()
             if user_turn_number is None:
                 return [as_dict(r) for r in rows]
             if not rows:
@@ -770,7 +860,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
 
     # -- turns ----------------------------------------------------------------------------------
 
-    def _user_turns(self, branch: str) -> Any:  # noqa: ANN401 - a Select
+    def _user_turns(self) -> Any:  # noqa: ANN401 - a Select, on the bound ``_BRANCH``
         m, s = self._backend.st.messages, self._structure
         # The time as the driver gives it (SQLite: text), not parsed into a datetime per row
         # only to be formatted back: a third of the time of 10,000 turns.
@@ -778,7 +868,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         return (
             select(s.c.branch_turn_number, m.c.message_data, created)
             .join(m, _holds(s, m))
-            .where(self._where(branch), s.c.message_type == "user")
+            .where(self._where(bindparam(_BRANCH)), s.c.message_type == "user")
             .order_by(s.c.branch_turn_number)
         )
 
@@ -788,11 +878,13 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         Each: ``turn``, ``content`` (first 100 characters), ``full_content``,
         ``timestamp``, ``can_branch``.
         """
-        query = self._user_turns(self._branch_of(branch_id))
+        self._branch_of(branch_id)  # checked before any read
+        query = self._user_turns()
 
         async def body(conn: AsyncConnection) -> list[dict[str, Any]]:
             turns = []
-            for turn, data, created_at in (await conn.execute(query)).all():
+            branch = await self._bind_branch(conn, branch_id)
+            for turn, data, created_at in (await conn.execute(query, branch)).all():
                 text = self._open(data, f"of turn {turn}")  # the typed error if it cannot
                 try:
                     content = json.loads(text).get("content", "")  # type: ignore[arg-type]
@@ -827,7 +919,8 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             msg = f"search_term must be a str, got {type(search_term).__name__}"
             raise TypeError(msg)
         m = self._backend.st.messages
-        query = self._user_turns(self._branch_of(branch_id))
+        self._branch_of(branch_id)  # checked before any read
+        query = self._user_turns()
         if self._backend.keyring is None:
             forms = {
                 json.dumps(search_term)[1:-1],
@@ -840,7 +933,8 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
 
         async def body(conn: AsyncConnection) -> list[dict[str, Any]]:
             found = []
-            for turn, data, created_at in (await conn.execute(query)).all():
+            branch = await self._bind_branch(conn, branch_id)
+            for turn, data, created_at in (await conn.execute(query, branch)).all():
                 text = self._open(data, f"of turn {turn}")  # the typed error if it cannot
                 try:
                     content = json.loads(text).get("content", "")  # type: ignore[arg-type]
@@ -871,15 +965,17 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
     ) -> dict[int, list[dict[str, str | None]]]:
         """Each turn's items (``type`` and ``tool_name``) in order, by user turn number."""
         s = self._structure
+        self._branch_of(branch_id)  # checked before any read
         query = (
             select(s.c.user_turn_number, s.c.message_type, s.c.tool_name)
-            .where(self._where(self._branch_of(branch_id)))
+            .where(self._where(bindparam(_BRANCH)))
             .order_by(s.c.sequence_number)
         )
 
         async def body(conn: AsyncConnection) -> dict[int, list[dict[str, str | None]]]:
             turns: dict[int, list[dict[str, str | None]]] = {}
-            for turn, kind, tool in (await conn.execute(query)).all():
+            branch = await self._bind_branch(conn, branch_id)
+            for turn, kind, tool in (await conn.execute(query, branch)).all():
                 turns.setdefault(turn, []).append({"type": kind, "tool_name": tool})
             return turns
 
@@ -888,17 +984,18 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
     async def get_tool_usage(self, branch_id: str | None = None) -> list[tuple[str, int, int]]:
         """``(tool_name, calls, turn)`` for each tool used in each turn, in turn order."""
         s = self._structure
+        self._branch_of(branch_id)  # checked before any read
         query = (
             select(s.c.message_type, s.c.tool_name, s.c.user_turn_number)
             .where(
-                self._where(self._branch_of(branch_id)),
+                self._where(bindparam(_BRANCH)),
                 s.c.message_type.in_([*TOOL_CALL_TYPES, "tool_search_output"]),
             )
             .order_by(s.c.sequence_number)
         )
 
         async def body(conn: AsyncConnection) -> list[tuple[str, int, int]]:
-            rows = (await conn.execute(query)).all()
+            rows = (await conn.execute(query, await self._bind_branch(conn, branch_id))).all()
             searched = {
                 (turn, tool) for kind, tool, turn in rows if kind == "tool_search_call" and tool
             }
@@ -974,7 +1071,7 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             if not branch_name.strip():
                 msg = "Branch name cannot be empty"
                 raise ValueError(msg)
-        source = self._branch
+        state, clears = (self._branch, self._generation), self._clears
         s = self._structure
         copied = (
             s.c.message_position,
@@ -984,8 +1081,9 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             s.c.tool_name,
         )
 
-        async def body(conn: AsyncConnection) -> str:
+        async def body(conn: AsyncConnection) -> tuple[str, str, int]:
             await self._lock_session(conn)
+            source = await self._resolve(conn, state)
             found = (
                 await conn.execute(
                     select(s.c.sequence_number).where(
@@ -1026,10 +1124,10 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
                         for i, row in enumerate(rows)
                     ],
                 )
-            return name
+            return name, source, await self._generation_now(conn)
 
-        name = await self._write(body)
-        self._branch = name
+        name, source, generation = await self._write(body)
+        self._choose(name, generation, clears)
         self._logger.debug("created branch %r from turn %s of %r", name, turn_number, source)
         return name
 
@@ -1044,18 +1142,26 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
         return await self.create_branch_from_turn(matches[0]["turn"], branch_name)
 
     async def switch_to_branch(self, branch_id: str) -> None:
-        """Make ``branch_id`` the current branch; ``ValueError`` if it has no items."""
+        """Make ``branch_id`` the current branch; ``ValueError`` if it has no items.
+
+        The session's clear generation is read with the branch: a clear by another
+        object after this sends this object back to ``main`` (see the module). One
+        this object finishes while the switch runs wins: it stays on ``main``.
+        """
         branch = _validate_branch_id(branch_id)
         s = self._structure
         query = select(exists(select(s.c.sequence_number).where(self._where(branch))))
+        clears = self._clears
 
-        async def body(conn: AsyncConnection) -> bool:
-            return bool((await conn.execute(query)).scalar())
+        async def body(conn: AsyncConnection) -> tuple[bool, int]:
+            found = bool((await conn.execute(query)).scalar())
+            return found, await self._generation_now(conn) if found else 0
 
-        if not await self._read(body, empty=False):
+        found, generation = await self._read(body, empty=(False, 0))
+        if not found:
             msg = f"Branch '{branch_id}' does not exist"
             raise ValueError(msg)
-        self._branch = branch
+        self._choose(branch, generation, clears)
 
     async def delete_branch(self, branch_id: str, force: bool = False) -> None:
         """Delete a branch: its turns, its usage and the items no other branch holds.
@@ -1112,9 +1218,9 @@ class AdvancedSQLAlchemySession(SQLAlchemySession):
             .group_by(s.c.branch_id)
             .order_by(first, func.min(s.c.sequence_number))
         )
-        current = self._branch
 
         async def body(conn: AsyncConnection) -> list[dict[str, Any]]:
+            current = await self._branch_for(conn, None)
             return [
                 {
                     "branch_id": branch,

@@ -123,7 +123,8 @@ class _Pruner:
         self.db = backend.db
         self.s = backend.st.sessions
         self.m = backend.st.messages
-        self.branches = get_models(backend.names).Branch.__table__
+        models = get_models(backend.names)
+        self.kept_after_clear = (models.Branch.__table__, models.ClearGeneration.__table__)
         self.keep_last = keep_last
         self.dry_run = dry_run
         self.progress = progress or (lambda _n: None)
@@ -251,14 +252,16 @@ class _Pruner:
         gone = await conn.execute(
             delete(self.s).where(s.session_id.in_(mine), self.doomed), self.params
         )
-        # A deleted session's branch names go with it (a clear keeps them; revision 0005).
-        b = self.branches.c
-        await conn.execute(
-            delete(self.branches).where(
-                b.session_id.in_(mine),
-                ~exists(select(s.session_id).where(s.session_id == b.session_id)),
+        # A deleted session's branch names and clear generation go with it (a clear keeps
+        # them; revisions 0005, 0007).
+        for table in self.kept_after_clear:
+            c = table.c
+            await conn.execute(
+                delete(table).where(
+                    c.session_id.in_(mine),
+                    ~exists(select(s.session_id).where(s.session_id == c.session_id)),
+                )
             )
-        )
         self.sessions_deleted += int(gone.rowcount)
         self.items_deleted += int(items.rowcount)
         self.bytes_freed += int(size)

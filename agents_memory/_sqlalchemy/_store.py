@@ -324,22 +324,21 @@ class SessionStore(AsyncClosing):
         without a keyring) is refused with :class:`~agents_memory.DecryptionError`
         and left whole; ``force=True`` deletes it anyway (a key that is lost for good).
 
-        The branch names an advanced session used go too (``clear_session`` keeps
-        them, as the SDK does), in a second transaction right after, and only while
-        no session row of that id exists again; a crash between the two leaves the
-        names reserved (as after a clear) and calling this again deletes them.
+        The branch names an advanced session used and its clear generation go too
+        (``clear_session`` keeps them, as the SDK does), in a second transaction
+        right after, and only while no session row of that id exists again; a crash
+        between the two leaves them (as after a clear) and calling this again
+        deletes them. The id is then new: an object still holding a branch of the
+        deleted session is not told (only a clear moves the generation on).
         """
         sid = validate_session_id(session_id)
         existed = await self._backend.clear(sid, force=force)
-        branches = get_models(self._backend.names).Branch.__table__
+        models = get_models(self._backend.names)
         sessions = self._backend.st.sessions
+        gone = ~exists(select(sessions.c.session_id).where(sessions.c.session_id == sid))
         async with self._backend.transaction() as conn:
-            await conn.execute(
-                delete(branches).where(
-                    branches.c.session_id == sid,
-                    ~exists(select(sessions.c.session_id).where(sessions.c.session_id == sid)),
-                )
-            )
+            for table in (models.Branch.__table__, models.ClearGeneration.__table__):
+                await conn.execute(delete(table).where(table.c.session_id == sid, gone))
         return existed
 
     @property

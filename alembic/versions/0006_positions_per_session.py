@@ -347,6 +347,39 @@ def _sqlite_upgrade(names: Any) -> None:  # noqa: ANN401
     with op.batch_alter_table(names.sessions) as batch:
         batch.add_column(_last_position())
     _counters(names)
+    _release_sdk_structure(names)
+
+
+SDK_STRUCTURE = "message_structure"
+SDK_ITEM_FK = "fk_message_structure_message_id"
+
+
+def _release_sdk_structure(names: Any) -> None:  # noqa: ANN401
+    """SQLite: the SDK's own structure table lets go of the items' ``id``.
+
+    A file the SDK's ``AdvancedSQLiteSession`` wrote keeps its ``message_structure``
+    (0004 adopted its rows into ours), with a foreign key to ``<messages>(id)``. That
+    column is gone now, and SQLite refuses every delete from the messages table while
+    a foreign key names a missing parent key ("foreign key mismatch"). The table is
+    rebuilt without that one key (its rows and its key to the sessions table kept,
+    which 0007 reads to adopt the SDK's clear generations). Not restored by the
+    downgrade: the SDK's ids no longer match ours after a round trip anyway.
+    """
+    insp = sa.inspect(op.get_bind())
+    if not insp.has_table(SDK_STRUCTURE):
+        return
+    to_items = [
+        fk
+        for fk in insp.get_foreign_keys(SDK_STRUCTURE)
+        if fk["referred_table"] == names.messages and fk["constrained_columns"] == ["message_id"]
+    ]
+    if not to_items:
+        return
+    convention = {"fk": "fk_%(table_name)s_%(column_0_name)s"}  # names the unnamed keys
+    with op.batch_alter_table(
+        SDK_STRUCTURE, recreate="always", naming_convention=convention
+    ) as batch:
+        batch.drop_constraint(SDK_ITEM_FK, type_="foreignkey")
 
 
 def _sqlite_downgrade(names: Any) -> None:  # noqa: ANN401

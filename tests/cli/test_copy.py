@@ -55,6 +55,7 @@ async def test_copy_sqlite_to_target_is_exact(cli, sqlite_source: str) -> None:
         "items_present": 0,
         "advanced_sessions": 0,
         "advanced_skipped": 0,
+        "advanced_cleared": 0,
     }
     expected = await snapshot(source, cli.names)
     assert len(expected) == SESSIONS
@@ -211,28 +212,9 @@ async def test_copy_of_an_item_past_max_allowed_packet(cli, file_backend, tmp_pa
         assert await target.session("zbig").get_items() == []
 
 
-async def advanced_view(url: str, names, sid: str) -> dict[str, object]:
-    """What an advanced session reads back: items per branch, turns, usage, tools."""
-    kw = {"sessions_table": names.sessions, "messages_table": names.messages}
-    async with SessionStore.from_url(url, **kw) as store:
-        s = store.advanced_session(sid)
-        branches = [b["branch_id"] for b in await s.list_branches()]
-        view: dict[str, object] = {"branches": branches}
-        for b in branches:
-            view[f"items:{b}"] = await s.get_items(branch_id=b)
-            view[f"turns:{b}"] = [
-                (t["turn"], t["full_content"]) for t in await s.get_conversation_turns(b)
-            ]
-            view[f"usage:{b}"] = await s.get_turn_usage(branch_id=b)
-            view[f"tools:{b}"] = await s.get_tool_usage(b)
-            view[f"by_turn:{b}"] = await s.get_conversation_by_turns(b)
-        view["usage"] = await s.get_session_usage()
-        return view
-
-
 async def test_copy_carries_advanced_sessions(cli, tmp_path: Path) -> None:
     """Branches, turns, usage and used names cross with the items; a re-run adds nothing."""
-    from advanced_items import answer, call, output, run_result, user  # noqa: PLC0415
+    from advanced_items import advanced_counts, advanced_view, branched, user  # noqa: PLC0415
 
     from agents_memory import migrations  # noqa: PLC0415
 
@@ -241,42 +223,17 @@ async def test_copy_carries_advanced_sessions(cli, tmp_path: Path) -> None:
     await migrations.upgrade(url, **kw)
     async with SessionStore.from_url(url, **kw) as store:
         await store.session("plain").add_items([{"role": "user", "content": "plain"}])
-        s = store.advanced_session("adv")
-        await s.add_items([user("Grüße, first"), answer("one")])
-        await s.store_run_usage(run_result(1, 10, 1))
-        await s.add_items([user("second"), call("lookup", "c1"), output("c1"), answer("two")])
-        await s.store_run_usage(run_result(2, 20, 2))
-        await s.create_branch_from_turn(2, "alt")
-        await s.add_items([user("second, again"), answer("two again")])
-        await s.store_run_usage(run_result(3, 30, 3))
-        await s.create_branch_from_turn(1, "gone")
-        await s.add_items([user("on a branch soon deleted")])
-        await s.switch_to_branch("alt")
-        await s.delete_branch("gone")  # deleted: no rows, its name still used
+        await branched(store.advanced_session("adv"))
     expected = await advanced_view(url, cli.names, "adv")
     assert expected["branches"] == ["main", "alt"]
 
     result = await cli.json("copy", "--from", url, "--to", cli.url)
     assert (result["advanced_sessions"], result["advanced_skipped"]) == (1, 0)
     assert await advanced_view(cli.url, cli.names, "adv") == expected
-    models = get_models(cli.names)
-    tables = (models.Structure.__table__, models.TurnUsage.__table__, models.Branch.__table__)
-
-    async def counts() -> list[int]:
-        engine = create_engine(cli.url)
-        try:
-            async with engine.connect() as conn:
-                return [
-                    int((await conn.execute(select(func.count()).select_from(t))).scalar_one())
-                    for t in tables
-                ]
-        finally:
-            await engine.dispose()
-
-    first = await counts()
+    first = await advanced_counts(cli.url, cli.names)
     again = await cli.json("copy", "--from", url, "--to", cli.url)
     assert again["items_written"] == 0
-    assert await counts() == first
+    assert await advanced_counts(cli.url, cli.names) == first
     assert await advanced_view(cli.url, cli.names, "adv") == expected
     async with SessionStore.from_url(cli.url, **kw) as target:
         t = target.advanced_session("adv")

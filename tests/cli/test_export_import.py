@@ -71,6 +71,7 @@ async def test_round_trip_is_exact(cli, store, tmp_path: Path) -> None:
         "items_present": 0,
         "advanced_sessions": 0,
         "advanced_skipped": 0,
+        "advanced_cleared": 0,
     }
     assert await snapshot(store) == before
 

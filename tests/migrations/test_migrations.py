@@ -244,3 +244,29 @@ async def test_branch_names_round_trip_0005(engine: AsyncEngine, names: TableNam
     fresh = SessionStore(engine, **kw(names)).advanced_session("live")
     with pytest.raises(ValueError, match="already been used"):
         await fresh.create_branch_from_turn(1, "alt")
+
+
+async def test_clear_generations_round_trip_0007(engine: AsyncEngine, names: TableNames) -> None:
+    """0007 adds the clear generations (kept through a clear); its downgrade drops them."""
+    generations = get_models(names).ClearGeneration.__table__
+
+    async def tables() -> set[str]:
+        async with engine.connect() as conn:
+            return set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
+
+    await migrations.upgrade(engine, **kw(names))
+    store = SessionStore(engine, **kw(names))
+    s = store.advanced_session("cleared")
+    await s.add_items([{"role": "user", "content": "a"}])
+    await s.clear_session()
+    async with engine.connect() as conn:
+        query = select(generations.c.session_id, generations.c.generation)
+        rows = (await conn.execute(query)).all()
+    assert [tuple(r) for r in rows] == [("cleared", 1)]
+
+    await migrations.downgrade(engine, revision="0006", **kw(names))
+    assert await migrations.current(engine, **kw(names)) == "0006"
+    assert names.clear_generations not in await tables()
+    await migrations.upgrade(engine, **kw(names))
+    assert names.clear_generations in await tables()
+    assert await migrations.check(engine, **kw(names)) == []

@@ -228,8 +228,9 @@ async def test_0006_keeps_every_row_its_order_and_its_structure(
         usage = await _usage(engine, names)
         assert len(before) == len(SESSIONS) * (PER_SESSION + 2)
 
-        await migrations.upgrade(engine, **kw(names))
+        await migrations.upgrade(engine, revision="0006", **kw(names))
         assert await migrations.current(engine, **kw(names)) == "0006"
+        await migrations.upgrade(engine, **kw(names))
         assert await migrations.check(engine, **kw(names)) == []
         await _numbered_per_session(engine, names)
         m = get_models(names).Message.__table__

@@ -52,6 +52,9 @@ EXPECTED: dict[str, set[Key]] = {
     "branches": {
         _key("primary key", ["session_id", "branch_id"]),
     },
+    "clear_generations": {
+        _key("primary key", ["session_id"]),
+    },
     "version_table": {
         _key("primary key", ["version_num"]),  # per lineage, not per session: keep it local
     },
@@ -78,6 +81,7 @@ def _schema(conn: Connection, names: TableNames) -> dict[str, set[Key]]:
         "structure": names.structure,
         "turn_usage": names.turn_usage,
         "branches": names.branches,
+        "clear_generations": names.clear_generations,
         "version_table": names.version_table,
     }
     return {role: _keys(conn, table) for role, table in tables.items()}

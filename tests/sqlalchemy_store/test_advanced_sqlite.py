@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from advanced_items import answer, call, output, run_result, user
 from agents.extensions import memory
 
-from agents_memory import AdvancedSQLiteSession, SessionClosedError, migrations
+from agents_memory import AdvancedSQLiteSession, SessionClosedError, TableNames, migrations
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -164,3 +165,38 @@ async def test_sdk_names_of_a_cleared_session_stay_used(tmp_path: Path) -> None:
         assert await s.create_branch_from_turn(1, "new") == "new"
     finally:
         await s.aclose()
+
+
+async def test_sdk_clear_generations_are_adopted(tmp_path: Path) -> None:
+    """The SDK's session_clear_generations (0007): kept, cleared sessions included."""
+    path = tmp_path / "sdk.db"
+    sdk = memory.AdvancedSQLiteSession(session_id="twice", db_path=path, create_tables=True)
+    await sdk.add_items([user("one")])
+    await sdk.clear_session()
+    await sdk.add_items([user("two")])
+    await sdk.clear_session()
+    sdk.close()
+    live = memory.AdvancedSQLiteSession(session_id="live", db_path=path)
+    await live.add_items([user("kept")])
+    await live.clear_session()
+    await live.add_items([user("kept again")])
+    live.close()
+    s = AdvancedSQLiteSession(session_id="twice", db_path=path, create_tables=True)
+    try:
+        await s.add_items([user("u1"), user("u2")])
+        await s.create_branch_from_turn(2, "b")
+        other = AdvancedSQLiteSession(session_id="twice", db_path=path)
+        try:
+            await other.clear_session()  # the adopted 2, then 3
+        finally:
+            await other.aclose()
+        assert await s.get_items() == []
+        assert s.current_branch_id == "main"
+    finally:
+        await s.aclose()
+    with sqlite3.connect(path) as conn:
+        names = TableNames()
+        rows = conn.execute(
+            f"SELECT session_id, generation FROM {names.clear_generations} ORDER BY session_id"
+        ).fetchall()
+    assert rows == [("live", 1), ("twice", 3)]

@@ -43,18 +43,6 @@ def _observe(_conn: Any, _cursor: Any, _statement: str, *_: Any) -> None:
     """An execution listener: the engine is observed, so its statements go through SQLAlchemy."""
 
 
-@pytest.fixture(params=["driver", "sqlalchemy"])
-def rstore(request: pytest.FixtureRequest, store: SessionStore) -> Iterator[SessionStore]:
-    """The backend's store on one runner."""
-    core = request.param == "sqlalchemy"
-    if core:
-        event.listen(store.engine.sync_engine, "before_cursor_execute", _observe)
-    assert observed(store.engine) == core
-    yield store
-    if core:
-        event.remove(store.engine.sync_engine, "before_cursor_execute", _observe)
-
-
 @pytest.fixture(params=["driver", "sqlalchemy", "stdlib"])
 async def pair(
     request: pytest.FixtureRequest, backend: Any, store: SessionStore, tmp_path: Path

@@ -327,3 +327,26 @@ async def test_deleting_an_advanced_session_deletes_its_branch_names(store: Sess
     assert report.sessions_deleted == 1
     assert await names_of("old") == set()
     assert await names_of("young") == {"alt"}
+
+
+async def test_deleting_an_advanced_session_deletes_its_clear_generation(
+    store: SessionStore,
+) -> None:
+    """A session pruned whole loses its clear generation; one kept keeps it (rev. 0007)."""
+    table = get_models(store.table_names).ClearGeneration.__table__
+
+    async def generations() -> dict[str, int]:
+        async with store.engine.connect() as conn:
+            rows = (await conn.execute(select(table.c.session_id, table.c.generation))).all()
+            return {str(sid): int(n) for sid, n in rows}
+
+    for sid in ("old", "young"):
+        s = store.advanced_session(sid)
+        await s.add_items([{"role": "user", "content": "a"}])
+        await s.clear_session()
+        await s.add_items([{"role": "user", "content": "b"}])
+    assert await generations() == {"old": 1, "young": 1}
+    await backdate(store, "old")
+    report = await store.prune(older_than=AGE)
+    assert report.sessions_deleted == 1
+    assert await generations() == {"young": 1}

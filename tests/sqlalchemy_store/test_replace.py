@@ -17,12 +17,12 @@ import signal
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import _replace_child
 import pytest
-from sqlalchemy import event, select, text
+from sqlalchemy import select, text
 
 from agents_memory import SessionStore, TableNames
 from agents_memory._databases import sqlite as lite
@@ -30,22 +30,6 @@ from agents_memory._databases.base import observed
 
 OLD = [{"role": "user", "content": f"old {i}", "pad": "o" * 60} for i in range(300)]
 NEW = [{"role": "assistant", "content": f"new {i}", "pad": "n" * 60} for i in range(200)]
-
-
-def _observe(_conn: Any, _cursor: Any, _statement: str, *_: Any) -> None:
-    """An execution listener: the engine is observed, so its statements go through SQLAlchemy."""
-
-
-@pytest.fixture(params=["driver", "sqlalchemy"])
-def rstore(request: pytest.FixtureRequest, store: SessionStore) -> Iterator[SessionStore]:
-    """The backend's store on one runner: the driver's, or SQLAlchemy's (an observed engine)."""
-    core = request.param == "sqlalchemy"
-    if core:
-        event.listen(store.engine.sync_engine, "before_cursor_execute", _observe)
-    assert observed(store.engine) == core
-    yield store
-    if core:
-        event.remove(store.engine.sync_engine, "before_cursor_execute", _observe)
 
 
 async def test_replace_round_trip(rstore: SessionStore) -> None:
