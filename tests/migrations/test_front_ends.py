@@ -78,7 +78,16 @@ def do_run_migrations(connection):
         context.run_migrations()
 
 async def main():
-    engine = create_async_engine(context.get_x_argument(as_dictionary=True)["url"])
+    x = context.get_x_argument(as_dictionary=True)
+    options = {{}}
+    if x.get("pooler"):  # SQLAlchemy's documented asyncpg settings behind a transaction pooler
+        import uuid
+        options["connect_args"] = {{
+            "statement_cache_size": 0,
+            "prepared_statement_cache_size": 0,
+            "prepared_statement_name_func": lambda: f"__asyncpg_{{uuid.uuid4().hex}}__",
+        }}
+    engine = create_async_engine(x["url"], **options)
     async with engine.connect() as connection:
         await connection.run_sync(do_run_migrations)
         await connection.commit()
@@ -115,7 +124,10 @@ async def test_recipe_app_alembic_env_includes_ours(
     (app / "versions" / "app1.py").write_text(textwrap.dedent(APP_REVISION.format(t=app_table)))
     (tmp_path / "alembic.ini").write_text(f"[alembic]\nscript_location = {app}\n")
     url = str(normalize_url(file_backend.url).render_as_string(hide_password=False))
-    run(BIN / "alembic", "-x", f"url={url}", "upgrade", "head", cwd=tmp_path)
+    # The application's own engine behind PgBouncer needs its own pooler settings (ours
+    # come with the URL): without them asyncpg's cached statement names collide there.
+    pooler = ["-x", "pooler=1"] if file_backend.id == "pgbouncer" else []
+    run(BIN / "alembic", "-x", f"url={url}", *pooler, "upgrade", "head", cwd=tmp_path)
     engine = create_engine(file_backend.url)
     try:
         assert await migrations.current(engine, **kw(names)) == migrations.head()
