@@ -28,7 +28,7 @@ from sqlalchemy.pool import NullPool
 
 from agents_memory._locking import LoopSpanningLock
 from agents_memory._migrations._describe import describe_difference
-from agents_memory._migrations._layout import MAX_PARTITIONS, resolve_layout
+from agents_memory._migrations._layout import partition_names, resolve_layout
 from agents_memory._migrations._lock import resolve_mode
 from agents_memory._migrations._preflight import TableMismatchError, explain, mismatches
 from agents_memory._migrations._runner import migration_opts, run_lineage
@@ -121,7 +121,7 @@ def include_name(
     """
     names = TableNames(sessions_table, messages_table)
     hidden = {*names.tables, names.version_table, names.migration_lock_table}
-    hidden.update(names.partition(i) for i in range(MAX_PARTITIONS))  # a partitioned layout's
+    hidden |= partition_names(names)  # a partitioned layout's
     if names.legacy_version_table is not None:
         hidden.add(names.legacy_version_table)
 

@@ -14,12 +14,15 @@ already past that revision for another layout is an error that says how to get i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from typing import Any
 
 from sqlalchemy.exc import CompileError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.ddl import ExecutableDDLElement
+
+from agents_memory._tables import TableNames
 
 PARTITIONS_ENV = "AGENTS_MEMORY_PARTITIONS"
 """The environment variable read when no ``partitions=`` / ``--partitions`` is given."""
@@ -34,6 +37,16 @@ MIN_PARTITIONS = 2
 MAX_PARTITIONS = 1024
 """Bounds on ``N``: one partition is the plain table with extra steps; past 1,024 the
 planner's per-partition costs dominate every statement that cannot prune."""
+
+
+@functools.cache
+def partition_names(names: TableNames) -> frozenset[str]:
+    """Every name a partition of ``names``' messages table can have: tools must skip them.
+
+    Partitions are the layout's, not tables of the set (``TableNames.tables``), so the
+    comparison with the models and a host application's autogenerate leave them out.
+    """
+    return frozenset(names.partition(i) for i in range(MAX_PARTITIONS))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

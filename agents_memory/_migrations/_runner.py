@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.types import TypeEngine
 
 from agents_memory._databases import database_for
-from agents_memory._migrations._layout import BUILT_AT, MAX_PARTITIONS, PARTITIONS_KEY, Layout
+from agents_memory._migrations._layout import BUILT_AT, PARTITIONS_KEY, Layout, partition_names
 from agents_memory._migrations._lock import LockMode, choose, drop_statement
 from agents_memory._migrations._preflight import check_tables
 from agents_memory._migrations._scripts import script_directory
@@ -48,7 +48,7 @@ def include_object(names: TableNames) -> Callable[[Any, str | None, str, bool, A
     per partition (``…_fkey1``, ``…_fkey2``, each referring to a partition); the
     inspector lists them beside ours, and ``check`` would call them drift.
     """
-    partitions = {names.partition(i) for i in range(MAX_PARTITIONS)}
+    partitions = partition_names(names)
 
     def include(obj: Any, _name: str | None, type_: str, reflected: bool, _to: Any) -> bool:  # noqa: ANN401
         if type_ == "foreign_key_constraint" and reflected:
