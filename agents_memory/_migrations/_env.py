@@ -60,7 +60,7 @@ def _run_on(
             context.run_migrations()
             after = context.get_context().get_current_revision()
             if upgrading:
-                check_layout(context.get_context(), names, layout)
+                check_layout(context.get_context(), names, partitions, explicit=layout.explicit)
     if after is None and before is not None:  # downgraded to base: the lock table goes too
         drop_lock_table(connection, names)  # (committed with the rest: commit=True below)
     moved = (

@@ -138,8 +138,13 @@ def wanted_partitions(connection: Connection, layout: Layout) -> int | None:
     return layout.partitions
 
 
-def check_layout(context: MigrationContext, names: TableNames, layout: Layout) -> None:
+def check_layout(
+    context: MigrationContext, names: TableNames, partitions: int | None, *, explicit: bool
+) -> None:
     """After the revisions ran: the messages table has the partitions asked for, or ``ValueError``.
+
+    ``partitions``: what :func:`wanted_partitions` made of the layout for this run (the
+    value the revisions were given); ``explicit``: whether the caller asked for it.
 
     The layout is chosen when revision ``BUILT_AT`` builds that table; a database
     already past it keeps its own. A run that stops below it cannot honour an
@@ -147,14 +152,13 @@ def check_layout(context: MigrationContext, names: TableNames, layout: Layout) -
     Raised inside the migrating transaction, so on Postgres (transactional DDL)
     nothing of this run is kept.
     """
-    connection = context.bind
-    assert connection is not None  # noqa: S101 - configured with one
-    partitions = wanted_partitions(connection, layout)
     if partitions is None:
         return
+    connection = context.bind
+    assert connection is not None  # noqa: S101 - configured with one
     at = context.get_current_revision()
     if BUILT_AT not in _lineage(at):
-        if not layout.explicit:
+        if not explicit:
             return
         msg = (
             f"partitions={partitions}: the layout is chosen when revision {BUILT_AT} builds "
@@ -248,7 +252,7 @@ def run_lineage(
             carry_on_legacy_lineage(Operations(context), names)
             context.run_migrations()
             if not downgrade:
-                check_layout(context, names, layout)
+                check_layout(context, names, partitions, explicit=layout.explicit)
         if ours and connection.in_transaction():
             # Commit before the guard switches foreign keys back on: SQLite ignores the
             # pragma inside a transaction, and the connection would go back to the pool
