@@ -332,8 +332,9 @@ class _Floor:
             data = [encode(t) for t in turns]
             w.execute("BEGIN IMMEDIATE")
             for sid, d in zip(self.sids, data, strict=True):
-                w.execute(raw.upsert, (sid,))
-                w.executemany(raw.insert, [(sid, x) for x in d])
+                ((top,),) = w.execute(raw.upsert, (sid, len(d))).fetchall()
+                first = top - len(d) + 1
+                w.executemany(raw.insert, [(sid, first + i, x) for i, x in enumerate(d)])
             w.commit()
             return
         for sid in self.sids:  # ours: its statements and codec, a savepoint per batch
