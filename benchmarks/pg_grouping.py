@@ -294,14 +294,15 @@ async def burst(impl: Any, n: int, items: ItemSource) -> float:
     return took
 
 
-async def sequential(impl: Any, n: int, items: ItemSource) -> list[float]:
+async def sequential(impl: Any, n: int, items: ItemSource, sid: str = "alone") -> list[float]:
+    """Latencies of ``n`` appends of one session, one after another."""
     out = []
     for _ in range(n):
         t = items.turn()
         started = time.perf_counter()
-        await impl.add("alone", t)
+        await impl.add(sid, t)
         out.append(time.perf_counter() - started)
-        impl.note("alone", t)
+        impl.note(sid, t)
     return out
 
 
@@ -317,14 +318,8 @@ async def probed(impl: Any, n: int, items: ItemSource) -> list[float]:
 
     tasks = [asyncio.create_task(background(f"bg-{i}")) for i in range(63)]
     await asyncio.sleep(0.02)
-    out = []
     try:
-        for _ in range(n):
-            t = items.turn()
-            started = time.perf_counter()
-            await impl.add("probe", t)
-            out.append(time.perf_counter() - started)
-            impl.note("probe", t)
+        out = await sequential(impl, n, items, sid="probe")
     finally:
         stop = True
         await asyncio.gather(*tasks)
