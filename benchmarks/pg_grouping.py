@@ -27,7 +27,6 @@ import json
 import statistics
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -39,6 +38,7 @@ from agents_memory._databases.postgres import Postgres
 from benchmarks.impls import PG_ENGINE, PG_POOL_SIZE
 from benchmarks.items import ItemSource
 from benchmarks.raw import RawPostgres, _no_reset, encode
+from benchmarks.stats import load_average, percentile
 
 CLOCK = "timezone('UTC', CURRENT_TIMESTAMP)"
 
@@ -326,11 +326,6 @@ async def probed(impl: Any, n: int, items: ItemSource) -> list[float]:
     return out
 
 
-def pct(values: list[float], q: float) -> float:
-    v = sorted(values)
-    return v[min(len(v) - 1, int(q * len(v)))]
-
-
 async def check(url: str, impls: list[Any], cache: int) -> list[str]:
     """Every session's items present, in order, positions 1..N (then the forced failure)."""
     problems = []
@@ -374,10 +369,6 @@ async def forced_failure(impl: Any, items: ItemSource) -> str:
     )
 
 
-def load() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
 async def repeat(
     impls: list[Any],
     rep: int,
@@ -413,7 +404,7 @@ async def realistic(args: argparse.Namespace) -> None:
     items = ItemSource()
     tag = uuid.uuid4().hex[:8]
     cache = 0 if args.pgbouncer else 100
-    print(f"load before: {load()}  url {args.url}  tag {tag}")
+    print(f"before: {load_average()}  url {args.url}  tag {tag}")
     impls, closers = await build(args.url, tag, args.pgbouncer)
     rates: dict[tuple[str, str], list[float]] = {}
     lat: dict[tuple[str, str], list[float]] = {}
@@ -437,7 +428,7 @@ async def realistic(args: argparse.Namespace) -> None:
                     await conn.execute(f"DROP TABLE IF EXISTS {t}")
         finally:
             await conn.close()
-    print(f"load after: {load()}  ({args.repeats} repeats x {args.rounds} rounds)")
+    print(f"after: {load_average()}  ({args.repeats} repeats x {args.rounds} rounds)")
     report(impls, rates, lat)
     print(f"check: {'ok' if not problems else problems[:5]}")
     print(f"forced failure: {failure}")
@@ -467,8 +458,8 @@ def report(
             cells += ["-", "-"]
         else:
             s, p = lat[k, "seq"], lat[k, "probe"]
-            cells.append(f"{pct(s, 0.5) * 1e3:.2f} / {pct(s, 0.99) * 1e3:.2f}")
-            cells.append(f"{pct(p, 0.99) * 1e3:.1f}")
+            cells.append(f"{percentile(s, 0.5) * 1e3:.2f} / {percentile(s, 0.99) * 1e3:.2f}")
+            cells.append(f"{percentile(p, 0.99) * 1e3:.1f}")
         print(f"| {k} | " + " | ".join(cells) + " |")
     g = impls[2].appender
     print(f"grouped: {len(g.sizes)} groups, mean size {statistics.mean(g.sizes):.1f}")

@@ -31,6 +31,7 @@ from sqlalchemy.schema import DropTable
 from agents_memory import SessionStore, TableNames
 from agents_memory._sqlalchemy._bulk import ItemRecord, SessionRecord, SessionWrite, bulk_for
 from benchmarks.run import DEFAULT_PG
+from benchmarks.stats import percentile
 
 NAMES = TableNames("prune_bench_sessions", "prune_bench_messages")
 OLD = dt.datetime(2020, 1, 1, tzinfo=dt.UTC).replace(tzinfo=None)
@@ -62,11 +63,6 @@ class PruneResult:
     def p99_ratio(self) -> float:
         """The appender's p99 during the prune over its p99 without."""
         return self.during_p99_ms / self.base_p99_ms
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 async def _fill(store: SessionStore, items: int, sessions: int) -> None:
@@ -128,10 +124,10 @@ async def run_target(target: str, url: str, items: int, sessions: int) -> PruneR
         items_deleted=report.items_deleted,
         seconds=seconds,
         peak_mb=peak / 2**20,
-        base_p50_ms=_pct(base, 0.5),
-        base_p99_ms=_pct(base, 0.99),
-        during_p50_ms=_pct(during, 0.5),
-        during_p99_ms=_pct(during, 0.99),
+        base_p50_ms=percentile(base, 0.5),
+        base_p99_ms=percentile(base, 0.99),
+        during_p50_ms=percentile(during, 0.5),
+        during_p99_ms=percentile(during, 0.99),
         appends_during=len(during),
     )
 
