@@ -35,7 +35,6 @@ import asyncio
 import contextlib
 import json
 import math
-import os
 import sqlite3
 import statistics
 import tempfile
@@ -51,6 +50,7 @@ from agents_memory._databases import sqlite as lite
 from benchmarks.items import ItemSource
 from benchmarks.raw import RawSqlite, encode
 from benchmarks.run import pin_cpus
+from benchmarks.stats import load_average, percentile
 
 NAMES = TableNames("gc_sessions", "gc_messages")
 
@@ -68,19 +68,9 @@ async def _schema(path: Path) -> None:
         await engine.dispose()
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def _load() -> str:
-    """The machine's load average (1, 5, 15 min): other jobs share these CPUs."""
-    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def _ms(values: list[float]) -> str:
     return (
-        f"p50 {_pct(values, 0.5) * 1e3:.2f} ms, p99 {_pct(values, 0.99) * 1e3:.2f} ms, "
+        f"p50 {percentile(values, 0.5) * 1e3:.2f} ms, p99 {percentile(values, 0.99) * 1e3:.2f} ms, "
         f"max {max(values) * 1e3:.2f} ms"
     )
 
@@ -88,21 +78,22 @@ def _ms(values: list[float]) -> str:
 def measure_hold(path: Path, items: ItemSource, repeats: int) -> dict[str, list[float]]:
     """Seconds from ``BEGIN IMMEDIATE`` to the end of ``COMMIT``: one turn, and a full group."""
     conn = lite.open_connection((str(path),), {})
-    ex = lite.LiteExecutor(conn, lite.compiled(NAMES))
+    expiry = lite.has_expiry(conn, NAMES)  # at head: positions, the statements ours runs
+    ex = lite.LiteExecutor(conn, lite.compiled(NAMES, expiry))
     turns = [encode_items(items.turn()) for _ in range(lite.GROUP_MAX_BATCHES)]
     out: dict[str, list[float]] = {"one turn": [], "full group": []}
     try:
         for r in range(repeats):
             started = time.perf_counter()
             conn.execute("BEGIN IMMEDIATE")
-            lite.add_body(ex, f"one-{r}", turns[0])
+            lite.add_body(ex, f"one-{r}", turns[0], expiry=expiry)
             conn.commit()
             out["one turn"].append(time.perf_counter() - started)
             started = time.perf_counter()
             conn.execute("BEGIN IMMEDIATE")
             for k, data in enumerate(turns):
                 conn.execute("SAVEPOINT agents_memory_batch")
-                lite.add_body(ex, f"group-{r}-{k}", data)
+                lite.add_body(ex, f"group-{r}-{k}", data, expiry=expiry)
                 conn.execute("RELEASE agents_memory_batch")
             conn.commit()
             out["full group"].append(time.perf_counter() - started)
@@ -191,7 +182,7 @@ async def main_async(args: argparse.Namespace) -> None:
 async def _holds_and_latency(tmp: Path, items: ItemSource, args: argparse.Namespace) -> None:
     hold_path = tmp / "hold.db"
     await _schema(hold_path)
-    print(f"\n## Write-lock hold per transaction ({args.repeats} repeats; {_load()})\n")
+    print(f"\n## Write-lock hold per transaction ({args.repeats} repeats; {load_average()})\n")
     hold = measure_hold(hold_path, items, args.repeats)
     print(f"| transaction | hold ({lite.GROUP_MAX_BATCHES} turns of 4 items in a group) |")
     print("|---|---|")
@@ -199,7 +190,7 @@ async def _holds_and_latency(tmp: Path, items: ItemSource, args: argparse.Namesp
         print(f"| {what} | {_ms(values)} |")
     print(
         f"\n## One session appending while {args.writers} others append "
-        f"({args.calls} calls; {_load()})\n"
+        f"({args.calls} calls; {load_average()})\n"
     )
     print("| implementation | probe add_items | load batches/s | other connection's lock wait |")
     print("|---|---|---:|---|")
@@ -224,7 +215,7 @@ async def _holds_and_latency(tmp: Path, items: ItemSource, args: argparse.Namesp
     print(
         f"\nWrite-lock holds of ours' writer during that load (limit GROUP_MAX_HOLD = "
         f"{lite.GROUP_MAX_HOLD * 1e3:g} ms once a group has begun, plus the batch running "
-        f"then and the COMMIT; {_load()}):\n"
+        f"then and the COMMIT; {load_average()}):\n"
     )
     print(f"| implementation | transactions | hold (the latest {lite.HOLDS_KEPT:,} at most) |")
     print("|---|---:|---|")
@@ -412,14 +403,14 @@ async def _parts(tmp: Path, items: ItemSource, rounds: int, repeats: int) -> dic
 async def _anatomy(tmp: Path, items: ItemSource, args: argparse.Namespace) -> None:
     """Each part's ms per round for each implementation, interleaved; then the floors."""
     rounds, repeats = args.anatomy_rounds, args.anatomy_repeats
-    load_before = _load()
+    load_before = load_average()
     ms = await _parts(tmp, items, rounds, repeats)
     floor_path = tmp / "floor.db"
     await _schema(floor_path)
     floors = _floors(floor_path, items, rounds, repeats)
     print(
         f"\n## Where a burst round goes: ms per round, median of {repeats} repeats of "
-        f"{rounds} rounds ({load_before} before, {_load()} after)\n"
+        f"{rounds} rounds ({load_before} before, {load_average()} after)\n"
     )
     print("| part | " + " | ".join(IMPLS) + " | raw ÷ ours |")
     print("|---|" + "---:|" * (len(IMPLS) + 1))
