@@ -83,11 +83,11 @@ from agents_memory._databases.base import (
     compile_all,
     compile_for,
     counted,
+    expired_items,
     expired_probe,
     expires_param,
     foreign_listeners,
     fork_body_sync,
-    live,
     numbered,
     observed,
     portable_statements,
@@ -1263,7 +1263,7 @@ class SQLite(Database):
         # A write compares deadlines with its own clock, the time it stamps (``now``).
         sessions, messages = base.sessions, base.messages
         sid = sid_param(sessions)
-        drop = delete(messages).where(messages.c.session_id == sid, ~live(sessions, sid, when))
+        drop = delete(messages).where(expired_items(messages, sessions, sid, when))
         probe = expired_probe(sessions, sid, when)
         return dataclasses.replace(base, drop_expired=drop, select_expired=probe)
 

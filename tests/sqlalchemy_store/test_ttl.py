@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from agents_memory import (
     get_models,
     migrations,
 )
+from agents_memory._databases import sqlite as lite
 from agents_memory._databases.base import observed
 from agents_memory._sqlalchemy._store import backend_of
 
@@ -291,6 +293,57 @@ async def test_sqlite_session_ttl(tmp_path: Path) -> None:
             assert await s.get_items() == [{"i": 3}]
     with pytest.raises(ValueError, match="ttl"):
         SQLiteSession("a", path, ttl=dt.timedelta(seconds=-1))
+
+
+def _vm_steps(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> int:
+    """How many SQLite virtual-machine instructions (in tens) a statement runs."""
+    steps = 0
+
+    def tick() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    conn.set_progress_handler(tick, 10)
+    try:
+        conn.execute(sql, params)
+    finally:
+        conn.set_progress_handler(None, 10)
+    return steps
+
+
+async def test_sqlite_expiry_check_of_an_append_does_not_walk_the_items(tmp_path: Path) -> None:
+    """``drop_expired`` (run by every append) costs the same on 20 items as on 2,000.
+
+    Its first form, ``… AND EXISTS (deadline passed)``, made SQLite walk every item
+    of a live session to delete none: appends slowed down as a session grew. Counted
+    in SQLite's own instructions (its progress handler), not timed.
+    """
+    path = tmp_path / "walk.db"
+    names = TableNames()
+    with SQLiteSession("short", path) as short, SQLiteSession("long", path) as long_:
+        await short.add_items([{"i": i} for i in range(20)])
+        await long_.add_items([{"i": i} for i in range(2000)])
+    drop = lite.compiled(names, expiry=True)["drop_expired"]
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        clock = lite.now()
+        conn.execute("BEGIN")
+        conn.execute(drop.sql, drop.positional({"sid": "short", "now": clock}))  # schema read
+        steps = {
+            sid: _vm_steps(conn, drop.sql, drop.positional({"sid": sid, "now": clock}))
+            for sid in ("short", "long")
+        }
+        assert steps["long"] == steps["short"]  # nothing deleted, nothing walked
+        assert conn.execute("SELECT count(*) FROM agent_messages").fetchone() == (2020,)
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
+    async with SessionStore.from_url(f"sqlite:///{path}") as store:  # still deletes when due
+        await expire(store, "long")
+        with SQLiteSession("long", path) as s:
+            await s.add_items([{"i": "new"}])
+            assert await s.get_items() == [{"i": "new"}]
 
 
 async def test_sqlite_session_on_sdk_tables(tmp_path: Path) -> None:
