@@ -2,13 +2,126 @@
 
 from __future__ import annotations
 
+import collections
+import enum
 import json
 import logging
+import uuid
+from typing import Any
 
 import pytest
+from conftest import IN_CI
+from hypothesis import given
+from hypothesis import strategies as st
 
-from agents_memory import CorruptItemError
+from agents_memory import CorruptItemError, _codec
 from agents_memory._codec import MAX_NESTING, decode_rows, encode_item, encode_items
+
+FAST = _codec._fast_dumps
+
+
+@pytest.fixture(autouse=True, params=["orjson", "json"])
+def encoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here once with the fast encoder (orjson) and once with ``json`` alone."""
+    if request.param == "orjson" and FAST is None:
+        if IN_CI:
+            pytest.fail("CI is set and orjson (a dependency on CPython) is not installed")
+        pytest.skip("orjson is not installed: only the json path is tested")
+    if request.param == "json":
+        monkeypatch.setattr(_codec, "_fast_dumps", None)
+    return str(request.param)
+
+
+def _outcome(item: object) -> tuple[str, Any]:
+    """What ``encode_item`` makes of ``item``: the decoded stored text, or the error's type."""
+    try:
+        return "stored", json.loads(encode_item(item))
+    except (TypeError, ValueError) as exc:
+        return "refused", type(exc)
+
+
+def _on_json_alone(item: object) -> tuple[str, Any]:
+    fast = _codec._fast_dumps
+    _codec._fast_dumps = None
+    try:
+        return _outcome(item)
+    finally:
+        _codec._fast_dumps = fast
+
+
+class Colour(enum.Enum):
+    """A plain Enum: json refuses it, orjson would write its value."""
+
+    RED = 1
+
+
+class Name(enum.StrEnum):
+    """A str subclass: json writes it as its text."""
+
+    ADA = "ada"
+
+
+class Text(str):
+    """Another str subclass (as a value and as a key)."""
+
+    __slots__ = ()
+
+
+Pair = collections.namedtuple("Pair", "a b")  # noqa: PYI024 - a tuple subclass on purpose
+
+EDGES: list[object] = [
+    float("nan"),
+    float("inf"),
+    2**64,
+    -(2**63) - 1,
+    2**63,
+    "lone \udc80 surrogate",
+    uuid.UUID(int=7),
+    Colour.RED,
+    Name.ADA,
+    Text("sub"),
+    Pair(1, 2),
+    (1, "two"),
+    1e16,
+    -0.0,
+    {Text("k"): 1},
+    b"bytes",
+    {1, 2},
+]
+
+
+@pytest.mark.parametrize("value", EDGES, ids=repr)
+def test_the_fast_encoder_stores_or_refuses_exactly_as_json(encoder: str, value: object) -> None:
+    """Values orjson would write differently (a UUID, NaN as null) take the json path."""
+    item = {"v": value, "nested": [{"v": value}]}
+    assert _outcome(item) == _on_json_alone(item)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text() | st.sampled_from(EDGES),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.tuples(children, children)
+        | st.dictionaries(st.text(max_size=5), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(st.dictionaries(st.text(max_size=5), json_values, max_size=5))
+def test_any_item_gets_the_same_outcome_on_both_encoders(item: dict[str, Any]) -> None:
+    """Stored (and what it decodes to) or refused (and the error's type) alike."""
+    assert _outcome(item) == _on_json_alone(item)
+
+
+def test_plain_items_are_written_by_the_fast_encoder(encoder: str) -> None:
+    """On the orjson path a plain item's text is orjson's (so the fast path really runs)."""
+    item = {"role": "user", "content": [{"type": "input_text", "text": "é", "n": 1.5}]}
+    text = encode_item(item)
+    assert json.loads(text) == item
+    if encoder == "orjson":
+        assert FAST is not None
+        assert text == FAST(item).decode()
 
 
 def test_encoding_is_compact_and_keeps_unicode() -> None:
