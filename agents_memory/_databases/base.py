@@ -473,9 +473,14 @@ class CompiledSQL:
     constants: Mapping[str, Any]
 
     def positional(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
-        """The parameters in placeholder order (for ``?``, ``$n`` and ``%s`` drivers)."""
-        constants = self.constants
-        return tuple(params[k] if k in params else constants[k] for k in self.order)
+        """The parameters in placeholder order (for ``?``, ``$n`` and ``%s`` drivers).
+
+        ``map`` over the mapping's own lookup, not a generator: this runs for every
+        row of every write (half the time, on a four-item append's six calls).
+        """
+        if self.constants:
+            params = {**self.constants, **params}
+        return tuple(map(params.__getitem__, self.order))
 
 
 def compile_for(statement: Executable, dialect: Dialect) -> CompiledSQL:

@@ -35,7 +35,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -653,13 +653,33 @@ class _Batch:
 
     def finish(self, result: Any, error: BaseException | None) -> None:  # noqa: ANN401
         """Record the outcome (after the group's COMMIT, or the error) and tell the caller."""
-        if self.settled:
-            return
-        self.result, self.error, self.settled = result, error, True
-        if self.caller is not None:
-            loop, future = self.caller
-            with contextlib.suppress(RuntimeError):  # the caller's loop has closed
-                loop.call_soon_threadsafe(_deliver, self, future, result, error)
+        _finish_all([(self, result, error)])
+
+
+def _finish_all(outcomes: Iterable[tuple[_Batch, Any, BaseException | None]]) -> None:
+    """Record each batch's outcome, then wake each caller's loop once for all of its batches.
+
+    One ``call_soon_threadsafe`` per loop and group, not per batch: each one writes
+    to the loop's wake-up socket (a system call), and a group of 32 batches from
+    one loop paid 32 of them on the writer thread, and the loop 32 reads.
+    """
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, ...]]] = {}
+    for batch, result, error in outcomes:
+        if batch.settled:
+            continue
+        batch.result, batch.error, batch.settled = result, error, True
+        if batch.caller is not None:
+            loop, future = batch.caller
+            by_loop.setdefault(loop, []).append((batch, future, result, error))
+    for loop, deliveries in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the caller's loop has closed
+            loop.call_soon_threadsafe(_deliver_each, deliveries)
+
+
+def _deliver_each(deliveries: list[tuple[Any, ...]]) -> None:
+    """On the callers' loop: :func:`_deliver` each ``(batch, future, result, error)``."""
+    for delivery in deliveries:
+        _deliver(*delivery)
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
@@ -691,9 +711,7 @@ def _fail_all(group: Sequence[_Batch], exc: BaseException) -> None:
     One that had already joined gets it even if its caller cancelled since: that
     caller is waiting for the outcome before raising its cancel.
     """
-    for batch in group:
-        if batch.started or batch.join():
-            batch.finish(None, exc)
+    _finish_all((batch, None, exc) for batch in group if batch.started or batch.join())
 
 
 def commit_group(conn: sqlite3.Connection, group: Sequence[_Batch], batches: _Queue) -> None:
@@ -720,13 +738,11 @@ def commit_group(conn: sqlite3.Connection, group: Sequence[_Batch], batches: _Qu
             conn.commit()
         except BaseException as exc:  # noqa: BLE001 - handed to the callers
             _rollback(conn)
-            for batch, _ in done:
-                batch.finish(None, exc)
+            _finish_all((batch, None, exc) for batch, _ in done)
             return
     finally:
         batches.holds.append(time.perf_counter() - begun)
-    for batch, result in done:
-        batch.finish(result, None)
+    _finish_all((batch, result, None) for batch, result in done)
 
 
 def _run_batches(
@@ -759,9 +775,7 @@ def _run_batches(
                 batch.finish(None, exc)  # rolled back alone; the others go on
                 continue
             _rollback(conn)
-            batch.finish(None, exc)
-            for earlier, _ in done:
-                earlier.finish(None, exc)
+            _finish_all([(batch, None, exc), *((earlier, None, exc) for earlier, _ in done)])
             requeue(group[i + 1 :])
             return None
         done.append((batch, result))
