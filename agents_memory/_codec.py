@@ -54,9 +54,27 @@ def _reject_constant(name: str) -> None:
     raise ValueError(msg)
 
 
-decode_json = json.JSONDecoder(parse_constant=_reject_constant).decode
+_decoder = json.JSONDecoder(parse_constant=_reject_constant)
+decode_json = _decoder.decode
 """``json.loads`` that refuses NaN and Infinity, as every writer of ours does."""
-_decode = decode_json
+_raw_decode = _decoder.raw_decode
+
+
+def _decode(text: str) -> Any:  # noqa: ANN401 - whatever the JSON holds
+    """:data:`decode_json`, without its two whitespace regexes for a row that has none.
+
+    ``decode`` is ``raw_decode`` between a regex match for leading and one for
+    trailing whitespace; on a read of 20 items those two were a quarter of the
+    decoding (44 → 32 µs). Stored rows have no whitespace around them (ours never
+    write any), so ``raw_decode`` alone decides; a row with some, or one that is
+    not JSON, goes to ``decode_json``, whose answer or error stands as before.
+    """
+    try:
+        value, end = _raw_decode(text)
+    except ValueError:
+        return decode_json(text)
+    return value if end == len(text) else decode_json(text)
+
 
 _CURRENT = FORMAT + ":"
 

@@ -214,3 +214,49 @@ def test_stored_nan_or_infinity_is_corrupt() -> None:
     assert decode_rows(rows, on_corrupt="skip") == [{"c": 1}]
     with pytest.raises(CorruptItemError, match="stored item 1"):
         decode_rows(rows, on_corrupt="raise")
+
+
+def _decoded(decode: Any, text: str) -> tuple[str, Any]:
+    try:
+        return "value", decode(text)
+    except (ValueError, TypeError, RecursionError) as exc:
+        return "error", (type(exc), str(exc))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a":1}',
+        ' {"a":1}',
+        '{"a":1}\n',
+        '\t{"a": [1, 2]} ',
+        '{"a":1} x',
+        "\ufeff{}",
+        "",
+        " ",
+        "[1]",
+    ],
+)
+def test_reads_decode_as_json_loads_would_with_whitespace_or_junk_around(text: str) -> None:
+    """The fast decode (``raw_decode`` alone) gives way to ``decode`` when there is more."""
+    assert _decoded(_codec._decode, text) == _decoded(_codec.decode_json, text)
+
+
+@given(
+    st.one_of(
+        st.text(max_size=30),
+        st.builds(
+            lambda pre, value, post: pre + json.dumps(value) + post,
+            st.sampled_from(["", " ", "\n", "x"]),
+            st.recursive(
+                st.none() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+                lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c),
+                max_leaves=8,
+            ),
+            st.sampled_from(["", " ", "\r\n", "}", "{}"]),
+        ),
+    )
+)
+def test_any_text_decodes_to_what_json_loads_gives(text: str) -> None:
+    """Same value, or the same error (type and message), for any stored text."""
+    assert _decoded(_codec._decode, text) == _decoded(_codec.decode_json, text)
