@@ -25,7 +25,11 @@ our arguments, a read of one session ran another process's ``DELETE``. So:
   Postgres: ``statement_cache_size=0``; on an engine whose cache may be on, the
   unnamed statement runs inside a transaction instead);
 * ``create_engine`` turns asyncpg's own statement cache off, so SQLAlchemy's
-  statements and asyncpg's type introspection are unnamed too.
+  statements and asyncpg's type introspection are unnamed too;
+* on a messages table hash-partitioned into at most ``GENERIC_PLANS_UP_TO``, each
+  new connection of ours pins generic plans for our statements (else the server
+  plans every call afresh there), but only when the server process answering is
+  the one it connected to: never through a transaction pooler (``_adopter``).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import asyncpg
 from sqlalchemy import (
     ColumnElement,
     Executable,
+    Integer,
     Table,
     Text,
     and_,
@@ -74,6 +79,7 @@ from agents_memory._databases.base import (
     Statements,
     check_heads,
     compile_all,
+    compile_for,
     counted,
     expires_param,
     fork_body,
@@ -176,13 +182,15 @@ def statement_name(sql: str) -> str:
 class _EngineFacts:
     """What one engine's operations learn as they run (shared by every loop's pool)."""
 
-    __slots__ = ("cache_off", "pooled")
+    __slots__ = ("cache_off", "messages_tables", "pooled")
 
     def __init__(self, cache_off: bool) -> None:
         self.pooled = False
         """A transaction pooler sits in front: run unnamed statements from now on."""
         self.cache_off = cache_off
         """asyncpg's statement cache is off on this engine's connections (ours: yes)."""
+        self.messages_tables: frozenset[str] = frozenset()
+        """The messages tables of this engine's stores (whether to pin generic plans)."""
 
 
 _cache_off_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
@@ -270,8 +278,75 @@ def _is_gone(exc: BaseException, conn: Any) -> bool:  # noqa: ANN401
     return True
 
 
-async def _adopt(_conn: Any) -> None:  # noqa: ANN401
-    """Nothing to set: every statement is its own transaction."""
+GENERIC_PLANS_UP_TO = 32
+"""The most hash partitions a messages table may have for our connections to pin generic plans.
+
+On a partitioned messages table the server plans our named statements afresh on every
+call: a generic plan keeps all the partitions (pruned only when it runs), so its
+estimate is a multiple of a custom plan's, and the plan cache never switches to it
+(``pg_prepared_statements``: 0 generic, 9 custom of 9, where the plain table's switch
+after five). Planning is then most of the partitioned layout's cost: a clear's
+statement planned in 0.142 ms against 0.008 ms plain, for 0.134 ms against 0.112 ms of
+execution (8 partitions, ``EXPLAIN (ANALYZE, SUMMARY) EXECUTE``). A generic plan instead
+locks every partition when it starts (PostgreSQL 15), which costs less than planning up
+to a few dozen partitions and more past that (benchmarks/README.md: the workloads at 8,
+32 and 128 partitions)."""
+
+_PIN_GENERIC = text(
+    "SELECT set_config('plan_cache_mode', 'force_generic_plan', false) FROM ("
+    "SELECT max((SELECT count(*) FROM pg_catalog.pg_inherits i WHERE i.inhparent = c.oid)) "
+    "AS most FROM pg_catalog.pg_class c "
+    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE c.relname = ANY(:names) AND n.nspname = current_schema() AND c.relkind = 'p'"
+    ") p WHERE p.most <= :up_to AND pg_catalog.pg_backend_pid() = :pid"
+).bindparams(
+    bindparam("names", type_=postgresql.ARRAY(Text())),
+    bindparam("up_to", type_=Integer()),
+    bindparam("pid", type_=Integer()),
+)
+"""Pin generic plans on this connection if one of the named messages tables is hash
+partitioned and none has more than ``up_to`` partitions, and the server process
+answering is the one the connection started with (``pid``): else change nothing."""
+
+
+def _adopter(
+    engine: AsyncEngine, facts: _EngineFacts, pin: CompiledSQL
+) -> Callable[[Any], Awaitable[None]]:
+    """What a new driver connection runs first: maybe pin generic plans, nothing else.
+
+    Every statement is its own transaction, so there is no session state to set,
+    except that on a partitioned messages table (``GENERIC_PLANS_UP_TO``) our named
+    statements run generic plans (``plan_cache_mode``, a setting of this connection
+    only: these connections run nothing but our statements). The plan changes, never
+    what a statement does. Never behind a transaction pooler, where a setting would
+    stay on a server connection that other clients get next: such a pooler hands
+    its clients its own cancellation key, so the process id asyncpg got at connect
+    (``get_server_pid``) is not the server process's (``pg_backend_pid()``), and
+    the statement sets nothing; nor once one is found (``pooled``).
+    """
+
+    async def adopt(conn: Any) -> None:  # noqa: ANN401
+        if facts.pooled or not facts.messages_tables:
+            return
+        args = pin.positional(
+            {
+                "names": sorted(facts.messages_tables),
+                "up_to": GENERIC_PLANS_UP_TO,
+                "pid": conn.get_server_pid(),
+            }
+        )
+        try:
+            if facts.cache_off:
+                await conn.fetch(pin.sql, *args)
+                return
+            async with conn.transaction():  # unnamed, as DriverExecutor runs it behind a pooler
+                unnamed = await conn.prepare(pin.sql, name="")
+                await unnamed.fetch(*args)
+        except Exception as exc:  # (the pool aborts the connection) as any operation's error
+            gone = _is_gone(exc, conn)
+            raise wrap_driver_error(exc, engine, pin.sql, None, gone=gone) from exc
+
+    return adopt
 
 
 def _abort(conn: Any) -> None:  # noqa: ANN401
@@ -285,13 +360,15 @@ class DriverRunner:
         self._engine = engine
         self._sql = compile_all(Postgres.statements(names, expiry), engine.dialect)
         self._facts = _facts_for(engine)
+        self._facts.messages_tables |= {names.messages}  # (replaced whole: read by any loop)
+        adopt = _adopter(engine, self._facts, compile_for(_PIN_GENERIC, engine.dialect))
         size = driver_pool.engine_pool_size(engine)
         self._pools: driver_pool.Pools[Any] = driver_pool.pools_for(
             engine,
             lambda: driver_pool.DriverPool(
                 engine,
                 size=size,
-                adopt=_adopt,
+                adopt=adopt,
                 is_closed=lambda c: c.is_closed(),
                 abort=_abort,
             ),

@@ -23,6 +23,7 @@ from agents_memory import (
     create_engine,
     migrations,
 )
+from agents_memory._databases import postgres
 from agents_memory._migrations._layout import PARTITIONS_ENV, resolve_layout
 
 
@@ -340,3 +341,53 @@ async def test_a_run_that_stops_below_the_building_revision(
     assert await migrations.current(engine, **kw) == "0003"
     await migrations.upgrade(engine, **kw)  # past 0006 now: the default builds the layout
     assert len(await _partitions(engine, names)) == 4
+
+
+@pytest.mark.parametrize(
+    "case", [(None, False), (8, True), (postgres.GENERIC_PLANS_UP_TO + 1, False)]
+)
+async def test_driver_connections_pin_generic_plans_on_a_few_partitions(
+    backend: Any,
+    engine: AsyncEngine,
+    names: TableNames,
+    monkeypatch: pytest.MonkeyPatch,
+    case: tuple[int | None, bool],
+) -> None:
+    """Up to ``GENERIC_PLANS_UP_TO`` partitions our named statements run generic plans.
+
+    The server would plan them afresh on every call there (a generic plan's estimate
+    keeps every partition); on the plain layout, or past the limit, nothing is set.
+    """
+    _postgres(backend)
+    partitions, pinned = case
+    monkeypatch.delenv(PARTITIONS_ENV, raising=False)
+    kw = {"sessions_table": names.sessions, "messages_table": names.messages}
+    await migrations.upgrade(engine, partitions=partitions, **kw)
+    async with engine.connect() as conn:
+        default = (await conn.exec_driver_sql("SHOW plan_cache_mode")).scalar()
+    store = SessionStore(engine, **kw)
+    try:
+        s = store.session("a")
+        for k in range(7):  # past the five custom plans the server tries first
+            await s.add_items([{"role": "user", "content": str(k)}])
+            assert (await s.pop_item()) == {"role": "user", "content": str(k)}
+        runner = store._backend._operations()._runner  # type: ignore[attr-defined]
+        assert isinstance(runner, postgres.DriverRunner)
+        pool = runner._pools.current()
+        lease = await pool.acquire()  # the warm connection (LIFO) that ran them
+        try:
+            mode = await lease.driver.fetchval("SHOW plan_cache_mode")
+            plans = await lease.driver.fetch(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                "WHERE name LIKE '\\_\\_agents\\_memory\\_%'"
+            )
+        finally:
+            pool.release(lease)
+    finally:
+        await store.close()
+    assert plans  # our named statements ran on this connection
+    if pinned:
+        assert mode == "force_generic_plan"
+        assert all(p["custom_plans"] == 0 for p in plans), plans
+    else:
+        assert mode == default
