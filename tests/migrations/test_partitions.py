@@ -356,10 +356,14 @@ async def test_driver_connections_pin_generic_plans_on_a_few_partitions(
     """Up to ``GENERIC_PLANS_UP_TO`` partitions our named statements run generic plans.
 
     The server would plan them afresh on every call there (a generic plan's estimate
-    keeps every partition); on the plain layout, or past the limit, nothing is set.
+    keeps every partition); on the plain layout, or past the limit, nothing is set,
+    nor through PgBouncer (the setting would stay on a server connection it hands to
+    other clients): there the server connection the lease reaches shows the default.
     """
     _postgres(backend)
     partitions, pinned = case
+    pooled = backend.id == "pgbouncer"
+    pinned = pinned and not pooled  # a pooler's server connections go to other clients next
     monkeypatch.delenv(PARTITIONS_ENV, raising=False)
     kw = {"sessions_table": names.sessions, "messages_table": names.messages}
     await migrations.upgrade(engine, partitions=partitions, **kw)
@@ -385,7 +389,7 @@ async def test_driver_connections_pin_generic_plans_on_a_few_partitions(
             pool.release(lease)
     finally:
         await store.close()
-    assert plans  # our named statements ran on this connection
+    assert plans or pooled  # our named statements ran on this connection (unnamed behind one)
     if pinned:
         assert mode == "force_generic_plan"
         assert all(p["custom_plans"] == 0 for p in plans), plans
