@@ -80,6 +80,8 @@ _CURRENT = FORMAT + ":"
 
 _LEAVES = frozenset({str, int, bool, type(None)})
 """Exactly these types (not subclasses) need no look inside; ``float`` is checked for finiteness."""
+_SCALARS = (str, int, float)
+"""What ``json`` writes as a scalar, subclasses included (never looked into, so never too deep)."""
 
 MAX_NESTING = 200
 """Deepest nesting of dicts and lists an item may have.
@@ -124,6 +126,9 @@ def _check_keys(item: dict[str, Any]) -> bool:
                 continue
             if kind is float:
                 plain = plain and math.isfinite(child)
+                continue
+            if isinstance(child, _SCALARS):  # a subclass (IntEnum, StrEnum): json's, no deeper
+                plain = False
                 continue
             stack.append((child, depth + 1))
     return plain

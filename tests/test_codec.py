@@ -260,3 +260,13 @@ def test_reads_decode_as_json_loads_would_with_whitespace_or_junk_around(text: s
 def test_any_text_decodes_to_what_json_loads_gives(text: str) -> None:
     """Same value, or the same error (type and message), for any stored text."""
     assert _decoded(_codec._decode, text) == _decoded(_codec.decode_json, text)
+
+
+def test_a_scalar_subclass_at_the_nesting_limit_is_a_leaf(encoder: str) -> None:
+    """A str or int subclass is a value, not one more level: at the limit it is stored."""
+    for leaf in (Text("deep"), Name.ADA):
+        value: object = leaf
+        for _ in range(MAX_NESTING - 1):
+            value = [value]
+        item = {"v": value}
+        assert json.loads(encode_item(item)) == json.loads(json.dumps(item))
