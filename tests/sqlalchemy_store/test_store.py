@@ -116,7 +116,9 @@ async def test_servers_run_sessions_in_parallel(backend: Any, store: SessionStor
     await store.session("warm").add_items([{"w": 1}])
     event.listen(store.engine.sync_engine, "checkout", checkout)
     event.listen(store.engine.sync_engine, "checkin", checkin)
-    await asyncio.gather(*(store.session(f"p{i}").add_items([{"i": i}]) for i in range(32)))
+    # Clears, not appends: on Postgres concurrent appends share one statement at a time per
+    # engine and loop (group commit, test_pg_group_commit), so they need no second connection.
+    await asyncio.gather(*(store.session(f"p{i}").clear_session() for i in range(32)))
     if backend.kind != "sqlite":
         assert peak > 1
     else:
