@@ -12,7 +12,9 @@ in flight queue; when it ends, one task (the *leader*) sends everything queued (
 to :data:`GROUP_MAX_BATCHES` and :data:`GROUP_MAX_BYTES`) as one statement, then the
 next group, until the queue is empty. So at most one append statement of an engine
 is in flight per loop and table set, and the queue drains in few statements instead
-of waiting for pooled connections one batch at a time.
+of waiting for pooled connections one batch at a time. A queued batch not sent
+within :data:`GROUP_MAX_WAIT` (the statement in flight waits on a row lock) leaves
+the queue and goes alone, as without grouping.
 
 **The group statement** (:func:`group_append`) is built with Core from the model
 tables and compiled once per table-name set. It upserts the sessions in
@@ -77,6 +79,17 @@ GROUP_MAX_BYTES = 4 * 1024 * 1024
 
 Bounds the statement's parameters (and so its memory and the time it holds its
 sessions' row locks) whatever the batches weigh.
+"""
+
+GROUP_MAX_WAIT: float | None = 0.2
+"""Seconds a queued batch waits to be sent before it leaves the queue and goes alone.
+
+Only one append statement is in flight per engine, loop and table set; one that
+waits on a row lock (a long transaction holding its session, a prune's page) would
+hold up every append queued behind it, other sessions' too. A queued batch not sent
+within this time is withdrawn and sent by its own caller as today's statement, on
+another pooled connection, as without grouping. A group normally goes within a few
+milliseconds; a batch already sent keeps waiting for its statement. ``None``: no limit.
 """
 
 GROUP_KEY = "append_group"
@@ -246,6 +259,8 @@ class GroupedAppender:
         """Statements sent by the leader, by how many batches each held (benchmarks, tests)."""
         self.fallbacks = 0
         """Groups the server rejected, run again batch by batch."""
+        self.escaped = 0
+        """Batches that waited :data:`GROUP_MAX_WAIT` unsent and went alone."""
 
     async def add(self, run: RunStatement, sid: str, data: list[str], expires: object) -> None:
         """Append one batch; returns once the statement holding it has committed.
@@ -263,8 +278,16 @@ class GroupedAppender:
         batch = _Batch(sid, data, expires, asyncio.get_running_loop().create_future())
         self._queue.append(batch)
         try:
-            # Shielded: a cancel of this caller must not cancel the outcome the leader sets.
-            await asyncio.shield(batch.future)
+            try:
+                # Shielded: a cancel of this caller must not cancel the outcome the leader sets.
+                await asyncio.wait_for(asyncio.shield(batch.future), GROUP_MAX_WAIT)
+            except TimeoutError:
+                if batch.sent:  # sent just now, or its statement is slow: wait for it
+                    await asyncio.shield(batch.future)
+                    return
+                batch.withdrawn = True  # held up (the statement in flight waits on a lock)
+                self.escaped += 1
+                await run("append", _single_params(sid, data, expires))
         except asyncio.CancelledError:
             if not batch.sent:
                 batch.withdrawn = True  # never sent: the leader skips it

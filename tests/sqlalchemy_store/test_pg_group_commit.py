@@ -3,7 +3,9 @@
 Grouping is made certain rather than likely: an outside transaction holds a session's
 row lock, so the first append (sent at once, alone) waits on the server while the
 others queue behind it; when the lock is released, everything queued goes out as
-one statement. What a test claims is proven from the database itself: rows a
+one statement. (The wait limit, ``GROUP_MAX_WAIT``, is lifted so that a loaded machine
+cannot send a queued batch alone; its own test sets it.) What a test claims is proven
+from the database itself: rows a
 transaction inserted share its ``xmin``, so the number of distinct ``xmin`` values
 among the new rows is the number of transactions that wrote them.
 """
@@ -27,6 +29,12 @@ from agents_memory._databases import postgres_groups
 from agents_memory._databases.postgres import Postgres
 from agents_memory._databases.sqlite import GROUP_COMMIT_OPTION
 from agents_memory._sqlalchemy._store import backend_of
+
+
+@pytest.fixture(autouse=True)
+def no_wait_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Queued batches wait for their group however long a held lock keeps the leader waiting."""
+    monkeypatch.setattr(postgres_groups, "GROUP_MAX_WAIT", None)
 
 
 def item(w: int, k: int) -> dict[str, Any]:
@@ -294,6 +302,30 @@ async def test_cancel_after_sending_waits_for_the_outcome(
     a_rows = [r for r in rows if r["session_id"] == "a"]
     assert [r["position"] for r in a_rows] == [1, 2]  # it was committed before the cancel rose
     assert len({r["tx"] for r in rows if r["session_id"] in ("a", "z")}) == 1
+
+
+async def test_a_batch_held_up_by_a_locked_session_goes_alone(
+    gstore: SessionStore, pg: Any, names: TableNames, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The append in flight waits on a lock; one queued behind it leaves the queue and lands."""
+    monkeypatch.setattr(postgres_groups, "GROUP_MAX_WAIT", 0.05)
+    conn = await outside(pg.url)
+    try:
+        holder = Holder(conn)
+        await holder.hold(names, "stuck")
+        stuck = asyncio.create_task(gstore.session("stuck").add_items([item(0, 0)]))
+        a = appender(gstore)
+        await until(lambda: a._busy)
+        await asyncio.wait_for(gstore.session("free").add_items([item(1, 0)]), 10)
+        assert not stuck.done()  # still waiting on the lock: "free" did not wait for it
+        assert a.escaped == 1
+        await holder.release()
+        await stuck
+        rows = await rows_of(conn, names)
+    finally:
+        await conn.close()
+    assert not a.groups  # the leader found only the withdrawn batch: nothing sent twice
+    assert sorted(r["session_id"] for r in rows) == ["free", "stuck"]
 
 
 @pytest.mark.direct_postgres("terminates the server connection running the group")
