@@ -47,6 +47,7 @@ from typing import Any
 from agents_memory import SessionStore, TableNames, create_engine
 from agents_memory._codec import decode_rows, encode_items
 from agents_memory._databases import sqlite as lite
+from agents_memory._databases.base import GROUP_COMMIT_OPTION
 from benchmarks.items import ItemSource
 from benchmarks.raw import RawSqlite, encode
 from benchmarks.run import pin_cpus
@@ -237,7 +238,7 @@ async def _impl(key: str, path: Path) -> AsyncIterator[tuple[Session, lite.Group
         finally:
             await raw.close()
         return
-    options = {"execution_options": {lite.GROUP_COMMIT_OPTION: False}} if key == "ours_1tx" else {}
+    options = {"execution_options": {GROUP_COMMIT_OPTION: False}} if key == "ours_1tx" else {}
     engine = create_engine(f"sqlite:///{path}", **options)
     store = SessionStore(engine, sessions_table=NAMES.sessions, messages_table=NAMES.messages)
     limit = lite.GROUP_MAX_HOLD

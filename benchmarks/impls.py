@@ -25,7 +25,7 @@ import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agents_memory import SessionStore, TableNames, create_engine, get_models, migrations
-from agents_memory._databases.sqlite import GROUP_COMMIT_OPTION
+from agents_memory._databases.base import GROUP_COMMIT_OPTION
 from benchmarks.items import ItemSource
 from benchmarks.raw import RawMysql, RawPostgres, RawSqlite
 

@@ -459,6 +459,23 @@ def _fork_advanced(models: Any, sid: Any, new: Any) -> tuple[Executable, Executa
     return copy_structure, copy_usage, copy_branches
 
 
+GROUP_COMMIT_OPTION = "agents_memory_group_commit"
+"""The engine execution option for group commit: one switch, read by each database's module.
+
+``create_engine(url, execution_options={"agents_memory_group_commit": False})`` turns
+it off on SQLite, where it is on by default (one writer per file: callers queue
+anyway); ``True`` turns it on for Postgres appends, where it is off by default (a
+group's sessions share its lock waits: one session's locked row holds up the rest
+of its group). An engine setting, set with SQLAlchemy's own keyword, so no public
+signature changes.
+"""
+
+
+def group_commit_option(engine: AsyncEngine, *, default: bool) -> bool:
+    """The engine's :data:`GROUP_COMMIT_OPTION`, or ``default`` when it does not say."""
+    return bool(engine.sync_engine.get_execution_options().get(GROUP_COMMIT_OPTION, default))
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class CompiledSQL:
     """One statement compiled for a driver: its text and how to order the parameters.

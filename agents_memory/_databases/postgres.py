@@ -68,6 +68,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agents_memory._codec import OnCorrupt, decode_row
 from agents_memory._crypto import ENVELOPE_MARK, Keyring
 from agents_memory._databases import pool as driver_pool
+from agents_memory._databases import postgres_groups
 from agents_memory._databases.base import (
     CompiledSQL,
     CoreRunner,
@@ -362,6 +363,13 @@ class DriverRunner:
         self._facts = _facts_for(engine)
         self._facts.messages_tables |= {names.messages}  # (replaced whole: read by any loop)
         adopt = _adopter(engine, self._facts, compile_for(_PIN_GENERIC, engine.dialect))
+        # Appends group (postgres_groups) at head when the engine turns it on.
+        self._appends = None
+        if expiry and postgres_groups.grouping_on(engine):
+            self._appends = postgres_groups.appenders_for(engine, names)
+            self._sql[postgres_groups.GROUP_KEY] = postgres_groups.compiled_group(
+                names, engine.dialect
+            )
         size = driver_pool.engine_pool_size(engine)
         self._pools: driver_pool.Pools[Any] = driver_pool.pools_for(
             engine,
@@ -401,6 +409,17 @@ class DriverRunner:
 
     async def read(self, body: Callable[[Executor], Awaitable[T]]) -> T:
         return await self._op(body)
+
+    async def _statement(self, key: str, params: Mapping[str, Any]) -> Sequence[Row]:
+        return await self._op(lambda ex: ex.rows(key, params))
+
+    async def append(self, session_id: str, data: Sequence[str], expires: object) -> None:
+        """One append, grouped with the appends queued beside it (``postgres_groups``)."""
+        if self._appends is None:
+            params = {"sid": session_id, "data": list(data), "expires": expires, "n": len(data)}
+            await self._op(lambda ex: ex.run("append", params))
+            return
+        await self._appends.current().add(self._statement, session_id, list(data), expires)
 
     async def write(self, body: Callable[[Executor], Awaitable[T]], *, single: bool = True) -> T:
         """One statement is its own transaction; a body of several (strict pop) gets one."""
@@ -443,8 +462,12 @@ class Operations(RowReads):
         self._on_corrupt: OnCorrupt = on_corrupt
         self._keyring = keyring
         self._head = head
+        self._append = getattr(runner, "append", None)  # the driver runner's (grouping) append
 
     async def add(self, session_id: str, data: Sequence[str], expires: object = None) -> None:
+        if self._append is not None:
+            await self._append(session_id, data, expires)
+            return
         params = {"sid": session_id, "data": list(data), "expires": expires, "n": len(data)}
         await self._runner.write(lambda ex: ex.run("append", params), single=True)
 

@@ -88,6 +88,7 @@ from agents_memory._databases.base import (
     expires_param,
     foreign_listeners,
     fork_body_sync,
+    group_commit_option,
     numbered,
     observed,
     portable_statements,
@@ -593,14 +594,6 @@ reports the holds the writer really had under load.
 HOLDS_KEPT = 4096
 """How many of the latest groups' write-lock holds a queue keeps (for benchmarks and tests)."""
 
-GROUP_COMMIT_OPTION = "agents_memory_group_commit"
-"""The engine execution option that turns group commit off when False.
-
-``create_engine(url, execution_options={"agents_memory_group_commit": False})``:
-an engine setting (the writer thread belongs to the engine), set with SQLAlchemy's
-own keyword, so no public signature changes.
-"""
-
 _SAVEPOINT = "agents_memory_batch"
 _POP_OR_CLEAR_BYTES = 64
 
@@ -1026,8 +1019,8 @@ class _Threads:
         args, kwargs = engine.dialect.create_connect_args(engine.url)
         kwargs.pop("timeout", None)  # ours: the busy timeout pragma
         connect = functools.partial(open_connection, tuple(args), dict(kwargs))
-        grouped = engine.sync_engine.get_execution_options().get(GROUP_COMMIT_OPTION, True)
-        self.writer = GroupWriter(connect, "agents_memory-sqlite-writer", grouped=bool(grouped))
+        grouped = group_commit_option(engine, default=True)  # (the writer is the engine's)
+        self.writer = GroupWriter(connect, "agents_memory-sqlite-writer", grouped=grouped)
         self.reader = Worker(connect, "agents_memory-sqlite-reader")
         self.stopped = False
 

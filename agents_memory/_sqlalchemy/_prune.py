@@ -240,7 +240,14 @@ class _Pruner:
 
     async def _delete(self, conn: AsyncConnection, *, ids: list[str]) -> None:
         s, m = self.s.c, self.m.c
-        locked = select(s.session_id).where(s.session_id.in_(ids), self.doomed).with_for_update()
+        # Locked in session_id order, as a group of appends locks its sessions
+        # (postgres_groups): two multi-row lockers in one order never deadlock.
+        locked = (
+            select(s.session_id)
+            .where(s.session_id.in_(ids), self.doomed)
+            .order_by(s.session_id)
+            .with_for_update()
+        )
         mine = [str(r[0]) for r in (await conn.execute(locked, self.params)).all()]
         if not mine:
             return

@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agents_memory import SessionStore, create_engine
 from agents_memory._databases import sqlite as lite
+from agents_memory._databases.base import GROUP_COMMIT_OPTION
 
 
 def item(w: int, k: int) -> dict[str, Any]:
@@ -343,7 +344,7 @@ async def test_group_commit_can_be_turned_off(tmp_path: Path) -> None:
     """``execution_options={"agents_memory_group_commit": False}``: one transaction per batch."""
     engine = create_engine(
         f"sqlite+aiosqlite:///{tmp_path / 'off.db'}",
-        execution_options={lite.GROUP_COMMIT_OPTION: False},
+        execution_options={GROUP_COMMIT_OPTION: False},
     )
     s = await _store(engine, tmp_path)
     try:

@@ -1,0 +1,439 @@
+"""Group commit for appends on Postgres (``_databases/postgres_groups.py``), on a real server.
+
+Grouping is made certain rather than likely: an outside transaction holds a session's
+row lock, so the first append (sent at once, alone) waits on the server while the
+others queue behind it; when the lock is released, everything queued goes out as
+one statement. (The wait limit, ``GROUP_MAX_WAIT``, is lifted so that a loaded machine
+cannot send a queued batch alone; its own test sets it.) What a test claims is proven
+from the database itself: rows a
+transaction inserted share its ``xmin``, so the number of distinct ``xmin`` values
+among the new rows is the number of transactions that wrote them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import asyncpg
+import pytest
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import make_url
+
+from agents_memory import DatabaseConnectionError, SessionStore, TableNames, create_engine
+from agents_memory._databases import postgres_groups
+from agents_memory._databases.base import GROUP_COMMIT_OPTION
+from agents_memory._databases.postgres import Postgres
+from agents_memory._sqlalchemy._store import backend_of
+
+
+@pytest.fixture(autouse=True)
+def no_wait_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Queued batches wait for their group however long a held lock keeps the leader waiting."""
+    monkeypatch.setattr(postgres_groups, "GROUP_MAX_WAIT", None)
+
+
+def item(w: int, k: int) -> dict[str, Any]:
+    return {"type": "message", "role": "user", "content": f"w{w} k{k}"}
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait (event-loop turns, a few ms each) until ``condition`` holds; fail after 20 s."""
+    for _ in range(4000):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    msg = "the appender never reached the expected state"
+    raise AssertionError(msg)
+
+
+@pytest.fixture
+def pg(backend: Any) -> Any:
+    """The backend, when it is Postgres (directly or through PgBouncer)."""
+    if backend.kind != "postgres":
+        pytest.skip("group commit for appends on Postgres")
+    return backend
+
+
+def driver_url(url: str) -> str:
+    """The backend's URL for asyncpg itself (no SQLAlchemy driver suffix)."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def outside(url: str) -> asyncpg.Connection:
+    """A connection of the test's own (statement cache off: it may go through PgBouncer)."""
+    return await asyncpg.connect(driver_url(url), statement_cache_size=0)
+
+
+@pytest.fixture
+async def gstore(pg: Any, names: TableNames) -> AsyncIterator[SessionStore]:
+    """A store on an engine that turns grouping on (off by default on Postgres)."""
+    engine = create_engine(pg.url, execution_options={GROUP_COMMIT_OPTION: True})
+    s = SessionStore(
+        engine, sessions_table=names.sessions, messages_table=names.messages, create_tables=True
+    )
+    try:
+        await s.session("warm").add_items([item(-1, 0)])  # schema checked: driver path writes
+        yield s
+    finally:
+        await s.close()
+        await engine.dispose()
+
+
+def appender(store: SessionStore) -> postgres_groups.GroupedAppender:
+    return postgres_groups.appenders_for(store.engine, store.table_names).current()
+
+
+async def rows_of(conn: asyncpg.Connection, names: TableNames) -> list[asyncpg.Record]:
+    """Every item row but the warm-up's: session, position, content, writing transaction."""
+    return list(
+        await conn.fetch(
+            f'SELECT session_id, position, message_data, xmin::text AS tx FROM "{names.messages}" '
+            "WHERE session_id <> 'warm' ORDER BY session_id, position"
+        )
+    )
+
+
+class Holder:
+    """An outside transaction holding session rows ``FOR UPDATE`` until released."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self.conn = conn
+        self.tx = conn.transaction()
+
+    async def hold(self, names: TableNames, *sids: str) -> None:
+        """Make the session rows (committed), then lock them in an open transaction."""
+        for sid in sids:  # (the rows must exist to be locked)
+            await self.conn.execute(
+                f'INSERT INTO "{names.sessions}" (session_id) VALUES ($1) ON CONFLICT DO NOTHING',
+                sid,
+            )
+        await self.tx.start()
+        for sid in sids:
+            await self.conn.execute(
+                f'SELECT 1 FROM "{names.sessions}" WHERE session_id = $1 FOR UPDATE', sid
+            )
+
+    async def release(self) -> None:
+        """Commit: the waiting statements go on."""
+        await self.tx.commit()
+
+
+async def test_concurrent_appends_group_and_land_contiguous(
+    gstore: SessionStore, pg: Any, names: TableNames
+) -> None:
+    """32 writers x 5 turns (8 sessions of 4 writers each): all there, each turn contiguous."""
+    conn = await outside(pg.url)
+    try:
+        holder = Holder(conn)
+        await holder.hold(names, "s0")
+        writers, turns = 32, 5
+
+        async def writer(w: int) -> None:
+            s = gstore.session(f"s{w % 8}")
+            for k in range(turns):
+                await s.add_items([item(w, k * 3 + j) for j in range(3)])
+
+        tasks = [asyncio.create_task(writer(w)) for w in range(writers)]
+        a = appender(gstore)
+        await until(lambda: len(a._queue) == writers - 1)  # first alone, waiting on the lock
+        await holder.release()
+        await asyncio.gather(*tasks)
+        rows = await rows_of(conn, names)
+    finally:
+        await conn.close()
+    assert max(a.groups) > 1, a.groups  # the race happened: groups of several batches formed
+    assert len(rows) == writers * turns * 3
+    for sid in {f"s{i}" for i in range(8)}:
+        mine = [r for r in rows if r["session_id"] == sid]
+        assert [r["position"] for r in mine] == list(range(1, len(mine) + 1))
+        contents = [json.loads(r["message_data"])["content"] for r in mine]
+        # each turn's three items are adjacent, in order, and in one transaction
+        for i in range(0, len(mine), 3):
+            w, k = contents[i].split()
+            assert contents[i : i + 3] == [f"{w} k{int(k[1:]) + j}" for j in range(3)]
+            assert len({r["tx"] for r in mine[i : i + 3]}) == 1
+        # each writer's turns in its own order
+        for w in range(writers):
+            if f"s{w % 8}" == sid:
+                ks = [int(c.split()[1][1:]) for c in contents if c.split()[0] == f"w{w}"]
+                assert ks == list(range(turns * 3))
+        got = await gstore.session(sid).get_items()
+        assert [i["content"] for i in got] == contents
+    transactions = len({r["tx"] for r in rows})
+    assert transactions < writers * turns  # fewer transactions than batches: they grouped
+
+
+async def test_expired_sessions_start_afresh_in_a_group(
+    gstore: SessionStore, pg: Any, names: TableNames
+) -> None:
+    """In one group, an expired session loses its old items, a live one keeps them."""
+    for sid in ("old", "live"):
+        await gstore.session(sid).add_items([item(0, 0), item(0, 1)])
+    conn = await outside(pg.url)
+    try:
+        await conn.execute(
+            f'UPDATE "{names.sessions}" SET expires_at = $1 WHERE session_id = $2',
+            dt.datetime(2000, 1, 1),  # noqa: DTZ001 - naive UTC, as the store writes it
+            "old",
+        )
+        holder = Holder(conn)
+        await holder.hold(names, "first")
+        first = asyncio.create_task(gstore.session("first").add_items([item(1, 0)]))
+        a = appender(gstore)
+        await until(lambda: a._busy)
+        later = [
+            asyncio.create_task(gstore.session(sid).add_items([item(2, 10), item(2, 11)]))
+            for sid in ("old", "live", "old")
+        ]
+        await until(lambda: len(a._queue) == 3)
+        await holder.release()
+        await asyncio.gather(first, *later)
+        rows = await rows_of(conn, names)
+        deadline = await conn.fetchval(
+            f'SELECT expires_at FROM "{names.sessions}" WHERE session_id = $1', "old"
+        )
+    finally:
+        await conn.close()
+    assert a.groups[3] == 1, a.groups
+    old = [r for r in rows if r["session_id"] == "old"]
+    assert [json.loads(r["message_data"])["content"] for r in old] == ["w2 k10", "w2 k11"] * 2
+    assert [r["position"] for r in old] == [3, 4, 5, 6]  # the counter goes on; old items gone
+    assert deadline is None  # an expired deadline is cleared (no ttl on this store)
+    live = await gstore.session("live").get_items()
+    assert [i["content"] for i in live] == ["w0 k0", "w0 k1", "w2 k10", "w2 k11"]
+
+
+async def test_a_bad_batch_in_a_group_fails_alone(
+    gstore: SessionStore, pg: Any, names: TableNames
+) -> None:
+    """The group is refused; retried batch by batch, only the too-long id's caller fails."""
+    backend = backend_of(gstore)
+    data = ['{"type": "message", "role": "user", "content": "x"}']
+    bad = "b" * 300  # past the column's 255 (the store's own check is bypassed here)
+    with pytest.raises(sa_exc.DBAPIError) as alone:
+        await backend.add(bad, data)
+    conn = await outside(pg.url)
+    try:
+        holder = Holder(conn)
+        await holder.hold(names, "first")
+        first = asyncio.create_task(backend.add("first", data))
+        a = appender(gstore)
+        await until(lambda: a._busy)
+        sids = [f"g{i}" for i in range(6)] + [bad] + [f"g{i}" for i in range(3)]
+        tasks = [asyncio.create_task(backend.add(sid, data)) for sid in sids]
+        await until(lambda: len(a._queue) == len(sids))
+        await holder.release()
+        outcomes = await asyncio.gather(first, *tasks, return_exceptions=True)
+        rows = await rows_of(conn, names)
+    finally:
+        await conn.close()
+    assert a.fallbacks == 1
+    assert a.groups[len(sids)] == 1, a.groups
+    errors = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(errors) == 1
+    assert outcomes[1 + sids.index(bad)] is errors[0]
+    assert type(errors[0]) is type(alone.value)  # mapped as the same batch alone is
+    assert type(errors[0].__cause__) is type(alone.value.__cause__)
+    assert errors[0].orig.sqlstate == "22001"  # type: ignore[attr-defined]
+    counts = {sid: sum(r["session_id"] == sid for r in rows) for sid in set(sids) - {bad}}
+    assert counts == {**{f"g{i}": 1 for i in range(6)}, **{f"g{i}": 2 for i in range(3)}}
+
+
+async def test_cancel_before_sending_withdraws_the_batch(
+    gstore: SessionStore, pg: Any, names: TableNames
+) -> None:
+    conn = await outside(pg.url)
+    try:
+        holder = Holder(conn)
+        await holder.hold(names, "first")
+        first = asyncio.create_task(gstore.session("first").add_items([item(0, 0)]))
+        a = appender(gstore)
+        await until(lambda: a._busy)
+        gone = asyncio.create_task(gstore.session("gone").add_items([item(1, 0)]))
+        kept = asyncio.create_task(gstore.session("kept").add_items([item(2, 0)]))
+        await until(lambda: len(a._queue) == 2)
+        gone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gone  # at once: the statement holding "first" is still waiting on the lock
+        assert not first.done()
+        withdrawn = [b for b in a._queue if b.sid == "gone"]
+        assert withdrawn
+        assert withdrawn[0].withdrawn
+        assert not withdrawn[0].sent
+        await holder.release()
+        await asyncio.gather(first, kept)
+        rows = await rows_of(conn, names)
+    finally:
+        await conn.close()
+    assert a.groups == {1: 1}  # the leader sent "kept" alone: the withdrawn batch never went
+    assert sorted(r["session_id"] for r in rows) == ["first", "kept"]
+
+
+async def test_cancel_after_sending_waits_for_the_outcome(
+    gstore: SessionStore, pg: Any, names: TableNames
+) -> None:
+    """A caller cancelled while its group's statement waits on the server: it lands, then raises."""
+    one, two = await outside(pg.url), await outside(pg.url)
+    try:
+        first_lock, group_lock = Holder(one), Holder(two)
+        await first_lock.hold(names, "first")
+        await group_lock.hold(names, "z")
+        first = asyncio.create_task(gstore.session("first").add_items([item(0, 0)]))
+        a = appender(gstore)
+        await until(lambda: a._busy)
+        cancelled = asyncio.create_task(gstore.session("a").add_items([item(1, 0), item(1, 1)]))
+        blocked = asyncio.create_task(gstore.session("z").add_items([item(2, 0)]))
+        await until(lambda: len(a._queue) == 2)
+        await first_lock.release()
+        await first
+        await until(lambda: a.groups[2] == 1)  # the group of "a" and "z" is sent; "z" is locked
+        cancelled.cancel()
+        await asyncio.sleep(0.2)
+        assert not cancelled.done()  # waiting for the statement that holds its batch
+        await group_lock.release()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        await blocked
+        rows = await rows_of(one, names)
+    finally:
+        await one.close()
+        await two.close()
+    a_rows = [r for r in rows if r["session_id"] == "a"]
+    assert [r["position"] for r in a_rows] == [1, 2]  # it was committed before the cancel rose
+    assert len({r["tx"] for r in rows if r["session_id"] in ("a", "z")}) == 1
+
+
+async def test_a_batch_held_up_by_a_locked_session_goes_alone(
+    gstore: SessionStore, pg: Any, names: TableNames, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The append in flight waits on a lock; one queued behind it leaves the queue and lands."""
+    monkeypatch.setattr(postgres_groups, "GROUP_MAX_WAIT", 0.05)
+    conn = await outside(pg.url)
+    try:
+        holder = Holder(conn)
+        await holder.hold(names, "stuck")
+        stuck = asyncio.create_task(gstore.session("stuck").add_items([item(0, 0)]))
+        a = appender(gstore)
+        await until(lambda: a._busy)
+        await asyncio.wait_for(gstore.session("free").add_items([item(1, 0)]), 10)
+        assert not stuck.done()  # still waiting on the lock: "free" did not wait for it
+        assert a.escaped == 1
+        await holder.release()
+        await stuck
+        rows = await rows_of(conn, names)
+    finally:
+        await conn.close()
+    assert not a.groups  # the leader found only the withdrawn batch: nothing sent twice
+    assert sorted(r["session_id"] for r in rows) == ["free", "stuck"]
+
+
+@pytest.mark.direct_postgres("terminates the server connection running the group")
+async def test_a_lost_connection_fails_every_caller_of_the_group(
+    gstore: SessionStore, pg: Any, names: TableNames
+) -> None:
+    one, two = await outside(pg.url), await outside(pg.url)
+    try:
+        first_lock, group_lock = Holder(one), Holder(two)
+        await first_lock.hold(names, "first")
+        await group_lock.hold(names, "z")
+        first = asyncio.create_task(gstore.session("first").add_items([item(0, 0)]))
+        a = appender(gstore)
+        await until(lambda: a._busy)
+        tasks = [asyncio.create_task(gstore.session(sid).add_items([item(1, 0)])) for sid in "abz"]
+        await until(lambda: len(a._queue) == 3)
+        await first_lock.release()
+        await first
+        await until(lambda: a.groups[3] == 1)
+        pid = None
+        for _ in range(400):
+            pid = await one.fetchval(
+                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE '%unnest%' AND query LIKE $1",
+                f"%{names.sessions}%",
+            )
+            if pid is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert pid is not None
+        await one.execute("SELECT pg_terminate_backend($1)", pid)
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        await group_lock.release()
+        rows = await rows_of(one, names)
+    finally:
+        await one.close()
+        await two.close()
+    assert all(isinstance(o, DatabaseConnectionError) for o in outcomes), outcomes
+    assert len({str(o) for o in outcomes}) == 1  # the same error, as for one statement
+    assert [r["session_id"] for r in rows] == ["first"]  # the group rolled back whole
+    await gstore.session("a").add_items([item(3, 0)])  # and the next append works
+
+
+@pytest.mark.parametrize("option", [{}, {GROUP_COMMIT_OPTION: False}], ids=["default", "off"])
+async def test_by_default_or_off_one_statement_per_batch(
+    pg: Any, names: TableNames, option: dict[str, bool]
+) -> None:
+    """Grouping is opt-in on Postgres: by default (and off) each batch is its own statement."""
+    engine = create_engine(pg.url, execution_options=option)
+    store = SessionStore(
+        engine, sessions_table=names.sessions, messages_table=names.messages, create_tables=True
+    )
+    conn = await outside(pg.url)
+    try:
+        await store.session("warm").add_items([item(-1, 0)])
+        holder = Holder(conn)
+        await holder.hold(names, "s0")
+        tasks = [
+            asyncio.create_task(store.session(f"s{w % 4}").add_items([item(w, 0), item(w, 1)]))
+            for w in range(24)
+        ]
+        await asyncio.sleep(0.3)  # all sent (4 sessions' worth wait on s0 or each other)
+        await holder.release()
+        await asyncio.gather(*tasks)
+        rows = await rows_of(conn, names)
+    finally:
+        await conn.close()
+        await store.close()
+        await engine.dispose()
+    assert not postgres_groups.appenders_for(engine, names).by_loop  # no appender ever made
+    assert len(rows) == 48
+    assert len({r["tx"] for r in rows}) == 24  # one transaction per batch
+
+
+def test_legacy_tables_keep_the_single_statement() -> None:
+    """No positions, no grouping even when asked for: the legacy runner has no group statement."""
+    engine = create_engine(
+        "postgresql+asyncpg://u@127.0.0.1:1/none", execution_options={GROUP_COMMIT_OPTION: True}
+    )
+    names = TableNames("legacy_s", "legacy_m")
+    legacy = Postgres.operations(engine, names, "skip", expiry=False)
+    head = Postgres.operations(engine, names, "skip", expiry=True)
+    assert legacy._runner._appends is None
+    assert postgres_groups.GROUP_KEY not in legacy._runner._sql
+    assert head._runner._appends is not None
+
+
+def test_group_parameters_merge_a_session_in_arrival_order() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        b = [
+            postgres_groups._Batch(sid, data, exp, loop.create_future())
+            for sid, data, exp in [
+                ("b", ["b1", "b2"], None),
+                ("a", ["a1"], "t1"),
+                ("b", ["b3"], "t2"),
+                ("a", ["a2", "a3"], None),
+            ]
+        ]
+    finally:
+        loop.close()
+    p = postgres_groups.group_params(b)
+    assert p["sids"] == ["a", "b"]
+    assert p["ns"] == [3, 3]
+    assert p["exps"] == ["t1", "t2"]  # the last deadline given, as one write after another
+    assert p["owners"] == ["a"] * 3 + ["b"] * 3
+    assert p["rows"] == ["a1", "a2", "a3", "b1", "b2", "b3"]
+    assert p["backs"] == [2, 1, 0, 2, 1, 0]
