@@ -19,29 +19,15 @@ import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
+from group_waits import item, until
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agents_memory import SessionStore, create_engine
 from agents_memory._databases import sqlite as lite
 from agents_memory._databases.base import GROUP_COMMIT_OPTION
-
-
-def item(w: int, k: int) -> dict[str, Any]:
-    return {"type": "message", "role": "user", "content": f"w{w} k{k}"}
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Wait (event-loop turns, a few ms each) until ``condition`` holds; fail after 20 s."""
-    for _ in range(4000):
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    msg = "the writer never reached the expected state"
-    raise AssertionError(msg)
 
 
 async def _store(engine: AsyncEngine, tmp_path: Path) -> SessionStore:

@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import pytest
+from group_waits import item, until
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
@@ -34,20 +35,6 @@ from agents_memory._sqlalchemy._store import backend_of
 def no_wait_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     """Queued batches wait for their group however long a held lock keeps the leader waiting."""
     monkeypatch.setattr(postgres_groups, "GROUP_MAX_WAIT", None)
-
-
-def item(w: int, k: int) -> dict[str, Any]:
-    return {"type": "message", "role": "user", "content": f"w{w} k{k}"}
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Wait (event-loop turns, a few ms each) until ``condition`` holds; fail after 20 s."""
-    for _ in range(4000):
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    msg = "the appender never reached the expected state"
-    raise AssertionError(msg)
 
 
 @pytest.fixture
@@ -273,24 +260,42 @@ async def test_cancel_before_sending_withdraws_the_batch(
     assert sorted(r["session_id"] for r in rows) == ["first", "kept"]
 
 
+async def sent_group_waiting_on_z(
+    gstore: SessionStore,
+    names: TableNames,
+    conn: asyncpg.Connection,
+    group_lock: Holder,
+    batches: dict[str, list[dict[str, Any]]],
+) -> list[asyncio.Task[None]]:
+    """``batches`` sent as one group that waits on session "z"'s row (held by ``group_lock``).
+
+    A first append, alone, waits on a lock held on ``conn`` while the batches queue behind
+    it; released, it lands and the leader sends the queue as one statement.
+    """
+    first_lock = Holder(conn)
+    await first_lock.hold(names, "first")
+    await group_lock.hold(names, "z")
+    first = asyncio.create_task(gstore.session("first").add_items([item(0, 0)]))
+    a = appender(gstore)
+    await until(lambda: a._busy)
+    tasks = [asyncio.create_task(gstore.session(sid).add_items(b)) for sid, b in batches.items()]
+    await until(lambda: len(a._queue) == len(batches))
+    await first_lock.release()
+    await first
+    await until(lambda: a.groups[len(batches)] == 1)  # sent; it waits on "z"
+    return tasks
+
+
 async def test_cancel_after_sending_waits_for_the_outcome(
     gstore: SessionStore, pg: Any, names: TableNames
 ) -> None:
     """A caller cancelled while its group's statement waits on the server: it lands, then raises."""
     one, two = await outside(pg.url), await outside(pg.url)
     try:
-        first_lock, group_lock = Holder(one), Holder(two)
-        await first_lock.hold(names, "first")
-        await group_lock.hold(names, "z")
-        first = asyncio.create_task(gstore.session("first").add_items([item(0, 0)]))
-        a = appender(gstore)
-        await until(lambda: a._busy)
-        cancelled = asyncio.create_task(gstore.session("a").add_items([item(1, 0), item(1, 1)]))
-        blocked = asyncio.create_task(gstore.session("z").add_items([item(2, 0)]))
-        await until(lambda: len(a._queue) == 2)
-        await first_lock.release()
-        await first
-        await until(lambda: a.groups[2] == 1)  # the group of "a" and "z" is sent; "z" is locked
+        group_lock = Holder(two)
+        cancelled, blocked = await sent_group_waiting_on_z(
+            gstore, names, one, group_lock, {"a": [item(1, 0), item(1, 1)], "z": [item(2, 0)]}
+        )
         cancelled.cancel()
         await asyncio.sleep(0.2)
         assert not cancelled.done()  # waiting for the statement that holds its batch
@@ -337,17 +342,10 @@ async def test_a_lost_connection_fails_every_caller_of_the_group(
 ) -> None:
     one, two = await outside(pg.url), await outside(pg.url)
     try:
-        first_lock, group_lock = Holder(one), Holder(two)
-        await first_lock.hold(names, "first")
-        await group_lock.hold(names, "z")
-        first = asyncio.create_task(gstore.session("first").add_items([item(0, 0)]))
-        a = appender(gstore)
-        await until(lambda: a._busy)
-        tasks = [asyncio.create_task(gstore.session(sid).add_items([item(1, 0)])) for sid in "abz"]
-        await until(lambda: len(a._queue) == 3)
-        await first_lock.release()
-        await first
-        await until(lambda: a.groups[3] == 1)
+        group_lock = Holder(two)
+        tasks = await sent_group_waiting_on_z(
+            gstore, names, one, group_lock, {sid: [item(1, 0)] for sid in "abz"}
+        )
         pid = None
         for _ in range(400):
             pid = await one.fetchval(
