@@ -416,7 +416,7 @@ class DriverRunner:
     async def append(self, session_id: str, data: Sequence[str], expires: object) -> None:
         """One append, grouped with the appends queued beside it (``postgres_groups``)."""
         if self._appends is None:
-            params = {"sid": session_id, "data": list(data), "expires": expires, "n": len(data)}
+            params = postgres_groups.append_params(session_id, data, expires)
             await self._op(lambda ex: ex.run("append", params))
             return
         await self._appends.current().add(self._statement, session_id, list(data), expires)
@@ -468,7 +468,7 @@ class Operations(RowReads):
         if self._append is not None:
             await self._append(session_id, data, expires)
             return
-        params = {"sid": session_id, "data": list(data), "expires": expires, "n": len(data)}
+        params = postgres_groups.append_params(session_id, data, expires)
         await self._runner.write(lambda ex: ex.run("append", params), single=True)
 
     async def _rows(self, key: str, params: dict[str, Any]) -> Sequence[Row]:

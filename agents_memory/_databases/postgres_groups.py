@@ -168,14 +168,9 @@ def group_append(names: TableNames) -> Insert:
 
 
 @functools.cache
-def _compiled(names: TableNames, dialect_name: str, dialect: Dialect) -> CompiledSQL:
-    del dialect_name  # (part of the key: one compiled text per table set and dialect)
-    return compile_for(group_append(names), dialect)
-
-
 def compiled_group(names: TableNames, dialect: Dialect) -> CompiledSQL:
-    """The group statement of ``names``, compiled once per table-name set."""
-    return _compiled(names, dialect.name, dialect)
+    """The group statement of ``names``, compiled once per table-name set and dialect."""
+    return compile_for(group_append(names), dialect)
 
 
 def group_params(batches: Sequence[_Batch]) -> dict[str, Any]:
@@ -272,7 +267,7 @@ class GroupedAppender:
         if not self._busy:  # nothing in flight: today's statement, at once, in this task
             self._busy = True
             try:
-                await run("append", _single_params(sid, data, expires))
+                await run("append", append_params(sid, data, expires))
             finally:
                 self._next(run)
             return
@@ -288,7 +283,7 @@ class GroupedAppender:
                     return
                 batch.withdrawn = True  # held up (the statement in flight waits on a lock)
                 self.escaped += 1
-                await run("append", _single_params(sid, data, expires))
+                await run("append", append_params(sid, data, expires))
         except asyncio.CancelledError:
             if not batch.sent:
                 batch.withdrawn = True  # never sent: the leader skips it
@@ -340,7 +335,7 @@ class GroupedAppender:
         try:
             if len(group) == 1:
                 b = group[0]
-                await run("append", _single_params(b.sid, b.data, b.expires))
+                await run("append", append_params(b.sid, b.data, b.expires))
             else:
                 await run(GROUP_KEY, group_params(group))
         except Exception as exc:  # noqa: BLE001 - handed to the group's callers
@@ -362,15 +357,16 @@ class GroupedAppender:
         """Each batch of a rejected group in its own statement, in arrival order."""
         for b in group:
             try:
-                await run("append", _single_params(b.sid, b.data, b.expires))
+                await run("append", append_params(b.sid, b.data, b.expires))
             except Exception as exc:  # noqa: BLE001 - handed to that batch's caller
                 _settle(b, exc)
             else:
                 _settle(b, None)
 
 
-def _single_params(sid: str, data: list[str], expires: object) -> dict[str, Any]:
-    return {"sid": sid, "data": data, "expires": expires, "n": len(data)}
+def append_params(sid: str, data: Sequence[str], expires: object) -> dict[str, Any]:
+    """The one-session ``append`` statement's parameters (the runner's, and each group's alone)."""
+    return {"sid": sid, "data": list(data), "expires": expires, "n": len(data)}
 
 
 async def _outcome(future: asyncio.Future[None]) -> None:
