@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agents_memory import SQLAlchemySession, TableNames
+from agents_memory._codec import encode_items
 from agents_memory._locking import LoopSpanningLock
 
 
@@ -78,7 +79,7 @@ def test_one_session_from_loops_in_threads(tmp_path: Path) -> None:
         asyncio.run(session.close())
     with sqlite3.connect(path) as conn:
         rows = conn.execute("SELECT message_data FROM agent_messages").fetchall()
-    assert sorted(rows) == [('{"n":0}',), ('{"n":1}',), ('{"n":2}',)]
+    assert sorted(rows) == [(encode_items([{"n": i}])[0],) for i in range(3)]
 
 
 def test_every_database_from_loops_in_threads(file_backend: Any, names: TableNames) -> None:

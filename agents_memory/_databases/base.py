@@ -319,6 +319,7 @@ def portable_statements(
     returning: bool = True,
     clock: ColumnElement[Any] | None = None,
     expires_type: Any = None,  # noqa: ANN401
+    read_data: Callable[[ColumnElement[Any]], ColumnElement[Any]] | None = None,
 ) -> Statements:
     """The statements every database shares; a module replaces the few it writes its own way.
 
@@ -344,7 +345,8 @@ def portable_statements(
     sessions, messages = tables_for(names, head)
     key = order_key(messages)
     sid = sid_param(sessions)
-    cols = (key, messages.c.message_data)
+    data = messages.c.message_data
+    cols = (key, data if read_data is None else read_data(data))
     every = messages.c.session_id == sid
     mine = every if clock is None else and_(every, live(sessions, sid, clock))
     newest = select(*cols).where(mine).order_by(key.desc())

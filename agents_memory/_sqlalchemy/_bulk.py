@@ -45,7 +45,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import TypeEngine
 
-from agents_memory._codec import OnCorrupt, decode_row, encode_item
+from agents_memory._codec import OnCorrupt, decode_row, encode_stored_item
 from agents_memory._crypto import Keyring, is_envelope
 from agents_memory._databases.base import order_key, tables_for
 from agents_memory._errors import AgentsMemoryError
@@ -223,7 +223,7 @@ def _stored_form(entry: ItemRecord, index: int, keyring: Keyring | None) -> str:
             msg = f"item {index}: 'sealed' is not an encrypted envelope"
             raise ValueError(msg)
         return entry.sealed
-    data = encode_item(entry.item, index=index)
+    data = encode_stored_item(entry.item, index=index)
     return data if keyring is None else keyring.encrypt(data)
 
 

@@ -129,16 +129,19 @@ async def test_delete_frees_an_advanced_sessions_branch_names(cli, store) -> Non
 
 async def test_stats(cli, store) -> None:
     """Stats counts sessions and items and names the largest, as text and JSON."""
+    from agents_memory._codec import encode_stored_item  # noqa: PLC0415
+
     await seed(store)
     data = await cli.json("sessions", "stats", "--largest", "2")
+    each = len(encode_stored_item({"role": "user", "content": "q0.0"}))  # (32, or 33 marked)
     assert data == {
         "sessions": 5,
         "items": 15,
         "oldest_created_at": T0.isoformat(),
         "newest_updated_at": (T0 + dt.timedelta(minutes=4)).isoformat(),
         "largest": [
-            {"session_id": "s4", "item_count": 5, "bytes": 160},
-            {"session_id": "s3", "item_count": 4, "bytes": 128},
+            {"session_id": "s4", "item_count": 5, "bytes": 5 * each},
+            {"session_id": "s3", "item_count": 4, "bytes": 4 * each},
         ],
     }
     text = (await cli("sessions", "stats")).stdout
@@ -190,11 +193,11 @@ async def test_no_metadata_is_null_in_every_json_output(cli, store, tmp_path) ->
 
 async def test_stats_gives_the_largest_sessions_size_in_bytes(cli, store) -> None:
     """Stats names each largest session's size in bytes (UTF-8, as stored), text and JSON."""
-    from agents_memory._codec import encode_item  # noqa: PLC0415
+    from agents_memory._codec import encode_items  # noqa: PLC0415
 
     items = [{"role": "user", "content": "héllo ☔"}, {"role": "assistant", "content": "ok"}]
     await store.session("s").add_items(items)
-    size = sum(len(encode_item(item, index=0).encode()) for item in items)
+    size = sum(len(text.encode()) for text in encode_items(items))
     totals = await cli.json("sessions", "stats")
     assert totals["largest"] == [{"session_id": "s", "item_count": 2, "bytes": size}]
     assert f"2 items, {size} bytes" in (await cli("sessions", "stats")).stdout

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import select
 
 from agents_memory import SessionStore, get_models
+from agents_memory._codec import encode_items
 
 
 async def stored(store: SessionStore, session_id: str) -> tuple[list[tuple[int, str]], int]:
@@ -99,7 +100,8 @@ async def test_concurrent_pops_claim_each_item_once(store: SessionStore) -> None
     assert rows == []
     assert top == 300  # the counter never goes back: a popped position is not handed out again
     await s.add_items([{"n": "next"}])
-    assert (await stored(store, "q"))[0] == [(301, '{"n":"next"}')]
+    assert (await stored(store, "q"))[0] == [(301, encode_items([{"n": "next"}])[0])]
+    assert encode_items([{"n": "next"}])[0].rstrip() == '{"n":"next"}'
 
 
 async def test_mixed_readers_writers_and_poppers(store: SessionStore) -> None:

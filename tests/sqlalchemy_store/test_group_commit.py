@@ -448,3 +448,50 @@ async def test_within_its_hold_limit_a_group_takes_everything_queued(tmp_path: P
     finally:
         writer.stop(wait=True)
         rows.blocker.close()
+
+
+async def test_reads_queued_together_are_delivered_with_one_wake_up(store: SessionStore) -> None:
+    """Reads queued behind a running one run back to back; their loop is woken once for all.
+
+    The reader thread is held inside a job of ours, so the reads certainly queue
+    behind it; counting the loop's ``call_soon_threadsafe`` shows one wake-up for
+    the held job and one for the 20 reads (one each before: 21). A read cancelled
+    while queued is withdrawn and never runs, the others get their own items.
+    """
+    for k in range(20):
+        await store.session(f"r{k}").add_items([item(k, 0), item(k, 1)])
+    reader = lite._threads_for(store.engine).reader
+    loop = asyncio.get_running_loop()
+    held, release = threading.Event(), threading.Event()
+
+    def hold(_conn: sqlite3.Connection) -> str:
+        held.set()
+        release.wait(20)
+        return "held"
+
+    wakes = 0
+    real = loop.call_soon_threadsafe
+
+    def counting(*args, **kwargs):
+        nonlocal wakes
+        wakes += 1
+        return real(*args, **kwargs)
+
+    holder = asyncio.create_task(reader.call(hold))
+    await until(held.is_set, "the reader thread")
+    reads = [asyncio.create_task(store.session(f"r{k}").get_items()) for k in range(20)]
+    withdrawn = asyncio.create_task(store.session("r0").get_items(limit=1))
+    await until(lambda: reader._jobs.qsize() == 21, "the reads queueing")
+    withdrawn.cancel()
+    await asyncio.sleep(0)  # the cancelled task withdraws its job
+    loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+    try:
+        release.set()
+        assert await holder == "held"
+        got = await asyncio.gather(*reads)
+    finally:
+        del loop.call_soon_threadsafe
+    assert got == [[item(k, 0), item(k, 1)] for k in range(20)]
+    assert wakes == 2
+    with pytest.raises(asyncio.CancelledError):
+        await withdrawn

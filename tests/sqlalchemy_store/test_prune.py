@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import bindparam, select, update
 
 from agents_memory import PruneReport, SessionStore, get_models
+from agents_memory._codec import encode_items
 from agents_memory._sqlalchemy import _prune
 from agents_memory._sqlalchemy._store import backend_of
 
@@ -154,8 +155,9 @@ async def test_expired_sessions_are_hidden_then_pruned(store: SessionStore) -> N
     await backdate(store, "brief", column="expires_at")  # the deadline has passed
     assert await ids(store) == {"kept"}
     assert await store.get_session("brief") is None
-    assert await store.prune(dry_run=True) == PruneReport(1, 0, 3, 21, dry_run=True)
-    assert await store.prune() == PruneReport(1, 0, 3, 21, dry_run=False)
+    size = sum(map(len, encode_items([{"i": i} for i in range(3)])))  # 21 (24 marked)
+    assert await store.prune(dry_run=True) == PruneReport(1, 0, 3, size, dry_run=True)
+    assert await store.prune() == PruneReport(1, 0, 3, size, dry_run=False)
     assert await store.session("brief").get_items() == []
     await store.session("kept").set_ttl(dt.timedelta(hours=1))
     await store.session("kept").set_ttl(None)
