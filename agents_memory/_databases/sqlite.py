@@ -486,25 +486,66 @@ def _deliver(
     _resolve(future, result, error)
 
 
-def _wake(deliveries: Iterable[tuple[asyncio.AbstractEventLoop, tuple[Any, ...]]]) -> None:
-    """From a thread: :func:`_deliver` each ``(job, future, result, error)`` on its loop.
+class _Mailbox:
+    """Outcomes on their way from our threads to one event loop.
 
-    One ``call_soon_threadsafe`` per loop, not per job: each one writes to the
-    loop's wake-up socket (a system call), and a group of 32 batches from one
-    loop paid 32 of them on the writer thread, and the loop 32 reads.
+    A thread posts; the first post since the loop last emptied the box schedules
+    one ``call_soon_threadsafe``, and whatever is posted before the loop runs it
+    rides along. Each wake-up is a write to the loop's socket (a system call on
+    the thread, a read and one more pass on the loop): a group of 32 batches from
+    one loop paid 32 of them on the writer thread, and 64 reads queued together
+    64 on the reader. An outcome is never held back: it leaves with the next
+    wake-up, which is already scheduled or is scheduled now.
     """
+
+    __slots__ = ("__weakref__", "_lock", "_posted", "_scheduled")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._posted: list[tuple[Any, ...]] = []
+        self._scheduled = False
+
+    def post(self, loop: asyncio.AbstractEventLoop, deliveries: Iterable[tuple[Any, ...]]) -> None:
+        """From a thread: :func:`_deliver` each ``(job, future, result, error)`` on ``loop``."""
+        with self._lock:
+            self._posted.extend(deliveries)
+            if self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            loop.call_soon_threadsafe(self._deliver_all)
+        except RuntimeError:  # the callers' loop has closed: nobody is waiting
+            with self._lock:
+                self._posted.clear()
+                self._scheduled = False
+
+    def _deliver_all(self) -> None:
+        with self._lock:
+            posted, self._posted = self._posted, []
+            self._scheduled = False
+        for delivery in posted:
+            _deliver(*delivery)
+
+
+_mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mailbox] = (
+    weakref.WeakKeyDictionary()
+)
+_mailboxes_guard = threading.Lock()
+
+
+def _wake(deliveries: Iterable[tuple[asyncio.AbstractEventLoop, tuple[Any, ...]]]) -> None:
+    """From a thread: post each ``(loop, (job, future, result, error))`` to its loop's mailbox."""
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, ...]]] = {}
     for loop, delivery in deliveries:
         by_loop.setdefault(loop, []).append(delivery)
     for loop, each in by_loop.items():
-        with contextlib.suppress(RuntimeError):  # the caller's loop has closed
-            loop.call_soon_threadsafe(_deliver_each, each)
-
-
-def _deliver_each(deliveries: list[tuple[Any, ...]]) -> None:
-    """On the callers' loop: :func:`_deliver` each ``(job, future, result, error)``."""
-    for delivery in deliveries:
-        _deliver(*delivery)
+        box = _mailboxes.get(loop)
+        if box is None:
+            with _mailboxes_guard:
+                box = _mailboxes.get(loop)
+                if box is None:
+                    box = _mailboxes[loop] = _Mailbox()
+        box.post(loop, each)
 
 
 async def _settle(job: _Job | _Batch, loop: asyncio.AbstractEventLoop) -> None:
@@ -523,36 +564,6 @@ async def _settle(job: _Job | _Batch, loop: asyncio.AbstractEventLoop) -> None:
             await asyncio.shield(job.finished)
 
 
-READS_PER_WAKE = 64
-"""The most reader jobs run back to back before their callers' loops are woken, once each.
-
-Reads queued together (a burst of sessions taking a turn at once) are delivered
-together, as the writer's groups are (:func:`_finish_all`): each wake-up is a
-system call on the thread and one more pass of the caller's loop. Measured
-(``python -m benchmarks --targets sqlite --only burst``, 64 sessions reading
-then appending at once): about 5% more turns a second. The first of such reads
-waits for the others (a latest-20 read runs in about 15 µs, so at most about
-1 ms); a read alone is delivered as soon as it has run.
-"""
-
-
-def _take(jobs: queue.SimpleQueue[_Job | None], first: _Job) -> tuple[list[_Job], bool]:
-    """``first`` and the jobs queued behind it now (up to :data:`READS_PER_WAKE`), and a stop.
-
-    The flag is True when the worker's stop (``None``) was met: run these, then end.
-    """
-    taken = [first]
-    while len(taken) < READS_PER_WAKE:
-        try:
-            job = jobs.get_nowait()
-        except queue.Empty:
-            return taken, False
-        if job is None:
-            return taken, True
-        taken.append(job)
-    return taken, False
-
-
 def _serve(jobs: queue.SimpleQueue[_Job | None], connect: Callable[[], sqlite3.Connection]) -> None:
     """A worker thread's life: open the connection on first use, run jobs in order, close.
 
@@ -560,25 +571,20 @@ def _serve(jobs: queue.SimpleQueue[_Job | None], connect: Callable[[], sqlite3.C
     any more is collected, and its finalizer's ``None`` ends the thread.
     """
     conn: sqlite3.Connection | None = None
-    stopping = False
     try:
-        while not stopping and (first := jobs.get()) is not None:
-            taken, stopping = _take(jobs, first)
-            outcomes: list[tuple[asyncio.AbstractEventLoop, tuple[Any, ...]]] = []
-            for job in taken:
-                job.started = True
-                if job.withdrawn:
-                    continue
-                result: Any = None
-                error: BaseException | None = None
-                try:
-                    if conn is None:
-                        conn = connect()
-                    result = job.fn(conn)
-                except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
-                    error = exc
-                outcomes.append((job.loop, (job, job.future, result, error)))
-            _wake(outcomes)
+        while (job := jobs.get()) is not None:
+            job.started = True
+            if job.withdrawn:
+                continue
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                if conn is None:
+                    conn = connect()
+                result = job.fn(conn)
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
+                error = exc
+            _wake([(job.loop, (job, job.future, result, error))])
     finally:
         if conn is not None:
             conn.close()
@@ -587,9 +593,9 @@ def _serve(jobs: queue.SimpleQueue[_Job | None], connect: Callable[[], sqlite3.C
 class Worker:
     """One ``sqlite3`` connection owned by one thread; jobs run on it in arrival order.
 
-    One queue, and one ``call_soon_threadsafe`` per job or per run of jobs
-    queued together (:data:`READS_PER_WAKE`): the hop between the event loop
-    and the thread costs at most what aiosqlite's does.
+    One queue, and at most one ``call_soon_threadsafe`` per job (outcomes that
+    finish before the loop runs share one, :class:`_Mailbox`): the hop between
+    the event loop and the thread costs at most what aiosqlite's does.
     """
 
     def __init__(self, connect: Callable[[], sqlite3.Connection], name: str) -> None:

@@ -450,32 +450,46 @@ async def test_within_its_hold_limit_a_group_takes_everything_queued(tmp_path: P
         rows.blocker.close()
 
 
-async def test_reads_queued_together_are_delivered_with_one_wake_up(store: SessionStore) -> None:
-    """Reads queued behind a running one run back to back; their loop is woken once for all.
+class _Wakes:
+    """Counts a loop's ``call_soon_threadsafe`` calls (each one a wake-up from a thread)."""
 
-    The reader thread is held inside a job of ours, so the reads certainly queue
-    behind it; counting the loop's ``call_soon_threadsafe`` shows one wake-up for
-    the held job and one for the 20 reads (one each before: 21). A read cancelled
-    while queued is withdrawn and never runs, the others get their own items.
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.count = 0
+        self._real = loop.call_soon_threadsafe
+
+    def __enter__(self):
+        def counting(*args, **kwargs):
+            self.count += 1
+            return self._real(*args, **kwargs)
+
+        self.loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self.loop.call_soon_threadsafe
+
+
+async def test_outcomes_finished_before_the_loop_runs_share_one_wake_up(
+    store: SessionStore,
+) -> None:
+    """Reads finished while the loop is busy reach it with one wake-up (one each before: 21).
+
+    The reader thread is held inside a job of ours so that 20 reads certainly queue
+    behind it; then the loop's own thread is blocked (as a loop busy with other
+    callers is) until a last job of ours shows the reader has run them all. A read
+    cancelled while queued is withdrawn and never runs; the others get their items.
     """
     for k in range(20):
         await store.session(f"r{k}").add_items([item(k, 0), item(k, 1)])
     reader = lite._threads_for(store.engine).reader
     loop = asyncio.get_running_loop()
-    held, release = threading.Event(), threading.Event()
+    held, release, ran_all = threading.Event(), threading.Event(), threading.Event()
 
     def hold(_conn: sqlite3.Connection) -> str:
         held.set()
         release.wait(20)
         return "held"
-
-    wakes = 0
-    real = loop.call_soon_threadsafe
-
-    def counting(*args, **kwargs):
-        nonlocal wakes
-        wakes += 1
-        return real(*args, **kwargs)
 
     holder = asyncio.create_task(reader.call(hold))
     await until(held.is_set, "the reader thread")
@@ -484,14 +498,47 @@ async def test_reads_queued_together_are_delivered_with_one_wake_up(store: Sessi
     await until(lambda: reader._jobs.qsize() == 21, "the reads queueing")
     withdrawn.cancel()
     await asyncio.sleep(0)  # the cancelled task withdraws its job
-    loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
-    try:
+    last = asyncio.create_task(reader.call(lambda _conn: ran_all.set()))
+    await until(lambda: reader._jobs.qsize() == 22, "the last job queueing")
+    with _Wakes(loop) as wakes:
         release.set()
+        assert ran_all.wait(20)  # (the loop's thread blocked: nothing is delivered meanwhile)
         assert await holder == "held"
         got = await asyncio.gather(*reads)
-    finally:
-        del loop.call_soon_threadsafe
+        await last
     assert got == [[item(k, 0), item(k, 1)] for k in range(20)]
-    assert wakes == 2
+    assert wakes.count == 1
     with pytest.raises(asyncio.CancelledError):
         await withdrawn
+
+
+async def test_a_finished_read_is_not_held_back_by_a_long_job_behind_it(
+    store: SessionStore,
+) -> None:
+    """A read that has run is delivered while the long job queued behind it still runs."""
+    await store.session("short").add_items([item(0, 0)])
+    reader = lite._threads_for(store.engine).reader
+    held, release, go = threading.Event(), threading.Event(), threading.Event()
+
+    def hold(_conn: sqlite3.Connection) -> None:
+        held.set()
+        release.wait(20)
+
+    def long_job(_conn: sqlite3.Connection) -> str:
+        go.wait(20)
+        return "long"
+
+    holder = asyncio.create_task(reader.call(hold))
+    await until(held.is_set, "the reader thread")
+    short = asyncio.create_task(store.session("short").get_items())
+    await until(lambda: reader._jobs.qsize() == 1, "the read queueing")
+    long = asyncio.create_task(reader.call(long_job))
+    await until(lambda: reader._jobs.qsize() == 2, "the long job queueing")
+    release.set()
+    try:
+        assert await asyncio.wait_for(short, 10) == [item(0, 0)]
+        assert not long.done()  # still running: the read did not wait for it
+    finally:
+        go.set()
+    assert await long == "long"
+    await holder
