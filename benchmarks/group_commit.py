@@ -309,9 +309,10 @@ class _Floor:
 
     def fill(self, items: ItemSource) -> None:
         """20 items per session (untimed), as the implementations' sessions have."""
+        write = encode if self.plain else encode_items  # each its own codec, as it reads
         self.writer.execute("BEGIN IMMEDIATE")
         for sid in self.sids:
-            lite.add_body(self.ex, sid, encode(items.items(20)), expiry=self.expiry)
+            lite.add_body(self.ex, sid, write(items.items(20)), expiry=self.expiry)
         self.writer.commit()
 
     def round(self, turns: list[list[dict[str, Any]]]) -> None:
