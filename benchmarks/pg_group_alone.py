@@ -1,7 +1,7 @@
 """``python -m benchmarks.pg_group_alone URL [ROUNDS] [on|off]``: grouping's cost to a writer alone.
 
 Postgres group commit for appends (``_databases/postgres_groups.py``) must cost a
-writer alone nothing: with no append in flight it runs today's statement at once.
+writer alone nothing: with a pooled connection free it runs today's statement at once.
 Two engines on one server in one process, one with ``agents_memory_group_commit``
 as the third argument says (``on``, the default; ``off`` gives an A/A run that shows
 the noise), the other with it off; interleaved rounds of 200 appends of a turn of four

@@ -465,11 +465,10 @@ GROUP_COMMIT_OPTION = "agents_memory_group_commit"
 """The engine execution option for group commit: one switch, read by each database's module.
 
 ``create_engine(url, execution_options={"agents_memory_group_commit": False})`` turns
-it off on SQLite, where it is on by default (one writer per file: callers queue
-anyway); ``True`` turns it on for Postgres appends, where it is off by default (a
-group's sessions share its lock waits: one session's locked row holds up the rest
-of its group). An engine setting, set with SQLAlchemy's own keyword, so no public
-signature changes.
+it off. On by default on SQLite (one writer per file: callers queue anyway) and for
+Postgres appends (they group only once every pooled connection holds one: callers wait
+for a connection anyway). An engine setting, set with SQLAlchemy's own keyword, so no
+public signature changes.
 """
 
 

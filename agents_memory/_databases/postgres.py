@@ -363,14 +363,14 @@ class DriverRunner:
         self._facts = _facts_for(engine)
         self._facts.messages_tables |= {names.messages}  # (replaced whole: read by any loop)
         adopt = _adopter(engine, self._facts, compile_for(_PIN_GENERIC, engine.dialect))
-        # Appends group (postgres_groups) at head when the engine turns it on.
+        size = driver_pool.engine_pool_size(engine)
+        # Appends at head group (postgres_groups) once `size` are in flight, unless turned off.
         self._appends = None
         if expiry and postgres_groups.grouping_on(engine):
-            self._appends = postgres_groups.appenders_for(engine, names)
+            self._appends = postgres_groups.appenders_for(engine, names, slots=size)
             self._sql[postgres_groups.GROUP_KEY] = postgres_groups.compiled_group(
                 names, engine.dialect
             )
-        size = driver_pool.engine_pool_size(engine)
         self._pools: driver_pool.Pools[Any] = driver_pool.pools_for(
             engine,
             lambda: driver_pool.DriverPool(

@@ -1,28 +1,40 @@
-"""Group commit for appends on Postgres: batches queued behind one statement share the next.
+"""Group commit for appends on Postgres: with the pool saturated, queued batches share a statement.
 
 Measured before it was built (``benchmarks/README.md``, "Grouping on Postgres"): one
 statement appending several sessions' batches got 1.5-1.7x the throughput of one
 statement per batch at 32-64 concurrent writers, 2.7-3.3x through PgBouncer (where
 every statement costs its round trips once per group instead of once per batch).
 
-**Leader/follower, per engine, table-name set and event loop.** A caller that finds
-no append in flight runs today's one-session statement at once, in its own task
-(a writer alone pays nothing for grouping). Callers that arrive while an append is
-in flight queue; when it ends, one task (the *leader*) sends everything queued (up
-to :data:`GROUP_MAX_BATCHES` and :data:`GROUP_MAX_BYTES`) as one statement, then the
-next group, until the queue is empty. So at most one append statement of an engine
-is in flight per loop and table set, and the queue drains in few statements instead
-of waiting for pooled connections one batch at a time. A queued batch not sent
-within :data:`GROUP_MAX_WAIT` (the statement in flight waits on a row lock) leaves
-the queue and goes alone, as without grouping.
+**Group only when the pool is saturated, per engine, table-name set and event loop.**
+The appender has as many *slots* as the loop's driver pool has connections
+(``pool.engine_pool_size``, the size ``DriverRunner`` gives its ``DriverPool``). An
+append that finds a free slot runs today's one-session statement at once, in its own
+task, on a pooled connection of its own: with free connections nothing groups, and no
+append waits for another's locks. Only when every slot holds an append in flight do
+arriving appends queue. When any append in flight (alone or a group) ends and the
+queue is not empty, its slot goes on to a *leader* task that sends everything queued
+(up to :data:`GROUP_MAX_BATCHES` and :data:`GROUP_MAX_BYTES`) as one statement, then
+the next group, until the queue is empty; then the slot is free again. So several
+group statements may be in flight at once, each on its own connection, and never more
+appends than the pool has connections: exactly where, without grouping, the queued
+appends would have waited for a connection one batch at a time, they go out together.
+A queued batch not sent within :data:`GROUP_MAX_WAIT` (every slot waits on a row lock)
+leaves the queue and goes alone, as without grouping.
 
 **The group statement** (:func:`group_append`) is built with Core from the model
 tables and compiled once per table-name set. It upserts the sessions in
-``session_id`` order (two groups lock rows in the same order, so they never
-deadlock), bumps each counter by its merged batch size, drops an expired
+``session_id`` order, bumps each counter by its merged batch size, drops an expired
 session's old items as the single statement does, and numbers every row below its
 session's bumped counter. A group's batches to one session are merged in arrival
 order, so each batch stays contiguous.
+
+**No deadlock between appends.** Every group takes its session row locks in one global
+order (``session_id``), so groups in flight at once wait on each other only along that
+order, never in a cycle. A single append locks one session row only: it holds nothing
+while it waits for that lock, and once it holds it, it touches only that session's
+items, which a group reaches only after locking the same row. So a single append
+cannot close a cycle with groups either. (Prune's pages lock in ``session_id`` order
+too.)
 
 **Per caller:** its batch is atomic and contiguous; it returns once the statement
 holding it committed. A group the server rejects (an error of the statement, not
@@ -32,9 +44,9 @@ gets the error; a lost connection gives every caller of the group that error
 withdraws a batch not yet sent; a batch already sent cannot be withdrawn, so its
 caller waits for the outcome, then raises the cancel.
 
-On with the engine execution option ``agents_memory_group_commit=True`` (the same
-switch as SQLite's group commit, which is on by default there; off here by default: see
-:func:`grouping_on`); legacy tables (no positions) never group.
+On by default (see :func:`grouping_on`); off with the engine execution option
+``agents_memory_group_commit=False`` (the same switch as SQLite's group commit);
+legacy tables (no positions) never group.
 """
 
 from __future__ import annotations
@@ -85,12 +97,13 @@ sessions' row locks) whatever the batches weigh.
 GROUP_MAX_WAIT: float | None = 0.2
 """Seconds a queued batch waits to be sent before it leaves the queue and goes alone.
 
-Only one append statement is in flight per engine, loop and table set; one that
-waits on a row lock (a long transaction holding its session, a prune's page) would
-hold up every append queued behind it, other sessions' too. A queued batch not sent
-within this time is withdrawn and sent by its own caller as today's statement, on
-another pooled connection, as without grouping. A group normally goes within a few
-milliseconds; a batch already sent keeps waiting for its statement. ``None``: no limit.
+A batch queues only when every slot (pooled connection) holds an append in flight;
+if all of them wait on row locks (long transactions holding their sessions, a prune's
+page), the queue waits with them. A queued batch not sent within this time is
+withdrawn and sent by its own caller as today's statement, waiting for the next free
+pooled connection as it would without grouping, so it never joins a group held up by
+a lock. A group normally goes within a few milliseconds; a batch already sent keeps
+waiting for its statement. ``None``: no limit.
 """
 
 GROUP_KEY = "append_group"
@@ -241,18 +254,34 @@ def _server_rejected(exc: BaseException) -> bool:
 
 
 class GroupedAppender:
-    """The appends of one engine, table-name set and event loop (see the module docstring)."""
+    """The appends of one engine, table-name set and event loop (see the module docstring).
+
+    ``slots``: how many appends may be in flight at once, the loop's driver pool size
+    (more would only wait for a connection). Below it an append goes alone; at it,
+    appends queue and go out in groups as slots free up.
+    """
 
     def __init__(
-        self, *, max_batches: int = GROUP_MAX_BATCHES, max_bytes: int = GROUP_MAX_BYTES
+        self,
+        *,
+        slots: int,
+        max_batches: int = GROUP_MAX_BATCHES,
+        max_bytes: int = GROUP_MAX_BYTES,
     ) -> None:
+        self.slots = max(1, slots)
         self.max_batches = max_batches
         self.max_bytes = max_bytes
-        self._busy = False
+        self._in_flight = 0
+        """Slots taken: appends alone plus leaders (each sending one statement at a time)."""
         self._queue: collections.deque[_Batch] = collections.deque()
-        self._leader: asyncio.Task[None] | None = None
+        self._leaders: set[asyncio.Task[None]] = set()  # (referenced until done)
+        self._groups_in_flight = 0
+        self.alone = 0
+        """Appends sent at once, alone, on a free slot (benchmarks, tests)."""
         self.groups: collections.Counter[int] = collections.Counter()
-        """Statements sent by the leader, by how many batches each held (benchmarks, tests)."""
+        """Statements sent by leaders, by how many batches each held (benchmarks, tests)."""
+        self.most_groups_in_flight = 0
+        """The most leaders' statements in flight at one time (benchmarks, tests)."""
         self.fallbacks = 0
         """Groups the server rejected, run again batch by batch."""
         self.escaped = 0
@@ -264,8 +293,9 @@ class GroupedAppender:
         ``run`` sends a statement through the caller's runner (any runner of this
         engine and table set sends the same statements on the same pool).
         """
-        if not self._busy:  # nothing in flight: today's statement, at once, in this task
-            self._busy = True
+        if self._in_flight < self.slots:  # a free connection: today's statement, at once
+            self._in_flight += 1
+            self.alone += 1
             try:
                 await run("append", append_params(sid, data, expires))
             finally:
@@ -281,22 +311,24 @@ class GroupedAppender:
                 if batch.sent:  # sent just now, or its statement is slow: wait for it
                     await asyncio.shield(batch.future)
                     return
-                batch.withdrawn = True  # held up (the statement in flight waits on a lock)
+                batch.withdrawn = True  # held up (every slot waits on a lock)
                 self.escaped += 1
                 await run("append", append_params(sid, data, expires))
         except asyncio.CancelledError:
             if not batch.sent:
-                batch.withdrawn = True  # never sent: the leader skips it
+                batch.withdrawn = True  # never sent: the leaders skip it
                 raise
             await _outcome(batch.future)  # sent: it cannot be withdrawn; wait for it
             raise
 
     def _next(self, run: RunStatement) -> None:
-        """The append in flight has ended: start the leader for what queued meanwhile."""
+        """An append alone has ended: its slot leads what queued meanwhile, or is freed."""
         if self._queue:
-            self._leader = asyncio.get_running_loop().create_task(self._lead(run))
+            leader = asyncio.get_running_loop().create_task(self._lead(run))
+            self._leaders.add(leader)
+            leader.add_done_callback(self._leaders.discard)
         else:
-            self._busy = False
+            self._in_flight -= 1
 
     def _take(self) -> list[_Batch]:
         """The next group: queued batches in order, within the caps (the first always)."""
@@ -315,21 +347,28 @@ class GroupedAppender:
         return group
 
     async def _lead(self, run: RunStatement) -> None:
-        """Send queued groups one statement at a time until the queue is empty."""
+        """On one slot, send queued groups one statement at a time until the queue is empty.
+
+        Other slots' leaders take from the same queue meanwhile, each its own group.
+        """
         try:
             while group := self._take():
                 for b in group:
                     b.sent = True
                 self.groups[len(group)] += 1
-                await self._send(run, group)
+                self._groups_in_flight += 1
+                self.most_groups_in_flight = max(self.most_groups_in_flight, self._groups_in_flight)
+                try:
+                    await self._send(run, group)
+                finally:
+                    self._groups_in_flight -= 1
         except BaseException as exc:  # the loop is shutting down: nobody is left waiting
             for b in [*self._queue]:
                 _settle(b, exc)
             self._queue.clear()
             raise
         finally:
-            self._busy = False
-            self._leader = None
+            self._in_flight -= 1
 
     async def _send(self, run: RunStatement, group: list[_Batch]) -> None:
         try:
@@ -381,7 +420,9 @@ async def _outcome(future: asyncio.Future[None]) -> None:
 class _Appenders:
     """The :class:`GroupedAppender` of each event loop for one engine and table-name set."""
 
-    def __init__(self) -> None:
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        """Each loop's appender's slots: the engine's driver pool size per loop."""
         self.by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupedAppender] = (
             weakref.WeakKeyDictionary()
         )
@@ -394,7 +435,7 @@ class _Appenders:
             with _guard:
                 found = self.by_loop.get(loop)
                 if found is None:
-                    found = self.by_loop[loop] = GroupedAppender()
+                    found = self.by_loop[loop] = GroupedAppender(slots=self.slots)
         return found
 
 
@@ -405,22 +446,26 @@ _guard = threading.Lock()
 
 
 def grouping_on(engine: AsyncEngine) -> bool:
-    """Whether the engine's ``agents_memory_group_commit`` option turns grouping on (default off).
+    """Whether the engine's ``agents_memory_group_commit`` option leaves grouping on (default on).
 
-    Off unless asked for: a group is one statement, so a session whose row is locked
-    (a replace of a long history, a prune's page, a transaction of the application's)
-    holds up every batch sent in its group, other sessions' included, where one
-    statement per batch would hold up only its own (``GROUP_MAX_WAIT`` bounds only
-    the wait of batches not yet sent).
+    A group is one statement, so a session whose row is locked (a replace of a long
+    history, a prune's page, a transaction of the application's) holds up every batch
+    sent in its group, other sessions' included. It is still safe on by default because
+    a group forms only when every pooled connection of the loop already holds an
+    append: there, without grouping, the same batches would wait for a connection
+    anyway (behind the same statements), while an append that finds a free connection
+    goes alone and waits for nobody's locks. A held-up group holds one connection; the
+    others keep serving appends. ``GROUP_MAX_WAIT`` bounds the wait of batches not yet
+    sent.
     """
-    return group_commit_option(engine, default=False)
+    return group_commit_option(engine, default=True)
 
 
-def appenders_for(engine: AsyncEngine, names: TableNames) -> _Appenders:
+def appenders_for(engine: AsyncEngine, names: TableNames, *, slots: int) -> _Appenders:
     """The per-loop appenders of ``engine`` and ``names``, shared by every store on them.
 
-    Shared, so that two stores on one engine and table set still send one append
-    statement at a time per loop between them (their groups are one queue).
+    Shared, so that two stores on one engine and table set share the loop's slots
+    (``slots``: its driver pool size; their groups are one queue).
     """
     with _guard:
         per_engine = _registry.get(engine.sync_engine)
@@ -428,5 +473,5 @@ def appenders_for(engine: AsyncEngine, names: TableNames) -> _Appenders:
             per_engine = _registry[engine.sync_engine] = {}
         found = per_engine.get(names)
         if found is None:
-            found = per_engine[names] = _Appenders()
+            found = per_engine[names] = _Appenders(slots)
         return found

@@ -1,21 +1,24 @@
 """Group commit for appends on Postgres (``_databases/postgres_groups.py``), on a real server.
 
-Grouping is made certain rather than likely: an outside transaction holds a session's
-row lock, so the first append (sent at once, alone) waits on the server while the
-others queue behind it; when the lock is released, everything queued goes out as
-one statement. (The wait limit, ``GROUP_MAX_WAIT``, is lifted so that a loaded machine
+Appends group only when every pooled connection of the loop holds one (the appender's
+slots, the engine's ``pool_size``), so the tests make that certain rather than likely:
+engines with a pool of one to four connections (``max_overflow=0``), and outside
+transactions holding session rows, so that the appends alone in flight wait on the
+server while the others queue; when a lock is released, what queued goes out as one
+statement. (The wait limit, ``GROUP_MAX_WAIT``, is lifted so that a loaded machine
 cannot send a queued batch alone; its own test sets it.) What a test claims is proven
-from the database itself: rows a
-transaction inserted share its ``xmin``, so the number of distinct ``xmin`` values
-among the new rows is the number of transactions that wrote them.
+from the database itself: rows a transaction inserted share its ``xmin``, so the
+number of distinct ``xmin`` values among the new rows is the number of transactions
+that wrote them; and ``pg_stat_activity`` shows which statements wait on a lock.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import asyncpg
@@ -25,6 +28,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
 from agents_memory import DatabaseConnectionError, SessionStore, TableNames, create_engine
+from agents_memory._databases import pool as driver_pool
 from agents_memory._databases import postgres_groups
 from agents_memory._databases.base import GROUP_COMMIT_OPTION
 from agents_memory._databases.postgres import Postgres
@@ -55,13 +59,24 @@ async def outside(url: str) -> asyncpg.Connection:
     return await asyncpg.connect(driver_url(url), statement_cache_size=0)
 
 
-@pytest.fixture
-async def gstore(pg: Any, names: TableNames) -> AsyncIterator[SessionStore]:
-    """A store on an engine that turns grouping on (off by default on Postgres)."""
-    engine = create_engine(pg.url, execution_options={GROUP_COMMIT_OPTION: True})
-    s = SessionStore(
-        engine, sessions_table=names.sessions, messages_table=names.messages, create_tables=True
+@contextlib.asynccontextmanager
+async def store_on(
+    url: str, names: TableNames, slots: int, options: dict[str, bool] | None = None
+) -> AsyncIterator[SessionStore]:
+    """A store whose engine pools ``slots`` connections (no overflow): the appender's slots.
+
+    The tables are made through an engine of the default pool first (making them
+    probes advisory locks with two connections at once, beside the migration's own).
+    """
+    maker = create_engine(url)
+    made = SessionStore(
+        maker, sessions_table=names.sessions, messages_table=names.messages, create_tables=True
     )
+    await made.session("warm").get_items()  # (the tables are made by the first operation)
+    await made.close()
+    await maker.dispose()
+    engine = create_engine(url, pool_size=slots, max_overflow=0, execution_options=options or {})
+    s = SessionStore(engine, sessions_table=names.sessions, messages_table=names.messages)
     try:
         await s.session("warm").add_items([item(-1, 0)])  # schema checked: driver path writes
         yield s
@@ -70,8 +85,59 @@ async def gstore(pg: Any, names: TableNames) -> AsyncIterator[SessionStore]:
         await engine.dispose()
 
 
+@pytest.fixture
+async def gstore(pg: Any, names: TableNames) -> AsyncIterator[SessionStore]:
+    """A store with one slot (grouping on by default): one append in flight, the rest queue."""
+    async with store_on(pg.url, names, 1) as s:
+        yield s
+
+
 def appender(store: SessionStore) -> postgres_groups.GroupedAppender:
-    return postgres_groups.appenders_for(store.engine, store.table_names).current()
+    slots = driver_pool.engine_pool_size(store.engine)
+    return postgres_groups.appenders_for(store.engine, store.table_names, slots=slots).current()
+
+
+def driver_pool_of(store: SessionStore) -> driver_pool.DriverPool[Any]:
+    """The running loop's driver pool of the store's engine (made by its first operation)."""
+
+    def unused() -> driver_pool.DriverPool[Any]:
+        raise AssertionError("the store has no driver pool yet")
+
+    return driver_pool.pools_for(store.engine, unused).current()
+
+
+def saturated(a: postgres_groups.GroupedAppender) -> bool:
+    """Every slot holds an append in flight: the next ones queue."""
+    return a._in_flight == a.slots
+
+
+async def waiting_on_locks(conn: asyncpg.Connection, names: TableNames, *, groups: bool) -> int:
+    """How many of the store's appends (group statements, or single ones) wait on a row lock.
+
+    ``conn`` may be a holder's, in a transaction: the snapshot of the server's activity
+    taken there is dropped first, else the transaction would keep seeing its first one.
+    """
+    await conn.execute("SELECT pg_stat_clear_snapshot()")
+    return int(
+        await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE $1 AND (query LIKE 'WITH g AS%') = $2",
+            f"%{names.sessions}%",  # (early in both texts: the server keeps their first 1 kB)
+            groups,
+        )
+    )
+
+
+async def until_waiting(
+    conn: asyncpg.Connection, names: TableNames, n: int, *, groups: bool
+) -> None:
+    """Wait until ``n`` of the store's appends (groups or single ones) wait on row locks."""
+    for _ in range(2000):
+        if await waiting_on_locks(conn, names, groups=groups) == n:
+            return
+        await asyncio.sleep(0.01)
+    msg = f"never saw {n} {'group' if groups else 'single'} appends waiting on locks"
+    raise AssertionError(msg)
 
 
 async def rows_of(conn: asyncpg.Connection, names: TableNames) -> list[asyncpg.Record]:
@@ -109,6 +175,13 @@ class Holder:
         await self.tx.commit()
 
 
+async def writer(store: SessionStore, prefix: str, w: int, turns: int) -> None:
+    """Writer ``w``: ``turns`` turns of three items, one after another, to ``prefix{w % 8}``."""
+    s = store.session(f"{prefix}{w % 8}")
+    for k in range(turns):
+        await s.add_items([item(w, k * 3 + j) for j in range(3)])
+
+
 async def test_concurrent_appends_group_and_land_contiguous(
     gstore: SessionStore, pg: Any, names: TableNames
 ) -> None:
@@ -119,12 +192,7 @@ async def test_concurrent_appends_group_and_land_contiguous(
         await holder.hold(names, "s0")
         writers, turns = 32, 5
 
-        async def writer(w: int) -> None:
-            s = gstore.session(f"s{w % 8}")
-            for k in range(turns):
-                await s.add_items([item(w, k * 3 + j) for j in range(3)])
-
-        tasks = [asyncio.create_task(writer(w)) for w in range(writers)]
+        tasks = [asyncio.create_task(writer(gstore, "s", w, turns)) for w in range(writers)]
         a = appender(gstore)
         await until(lambda: len(a._queue) == writers - 1)  # first alone, waiting on the lock
         await holder.release()
@@ -133,25 +201,35 @@ async def test_concurrent_appends_group_and_land_contiguous(
     finally:
         await conn.close()
     assert max(a.groups) > 1, a.groups  # the race happened: groups of several batches formed
+    await check_turns(gstore, rows, "s", writers, turns)
+    transactions = len({r["tx"] for r in rows})
+    assert transactions < writers * turns  # fewer transactions than batches: they grouped
+
+
+async def check_turns(
+    store: SessionStore, rows: list[asyncpg.Record], prefix: str, writers: int, turns: int
+) -> None:
+    """Writer ``w`` appended ``turns`` turns of three items to session ``prefix{w % 8}``.
+
+    All there; each turn's items adjacent, in order and in one transaction; each
+    writer's turns in its own order; the store reads what the table holds.
+    """
+    rows = [r for r in rows if r["session_id"].startswith(prefix)]
     assert len(rows) == writers * turns * 3
-    for sid in {f"s{i}" for i in range(8)}:
+    for sid in {f"{prefix}{i}" for i in range(8)}:
         mine = [r for r in rows if r["session_id"] == sid]
         assert [r["position"] for r in mine] == list(range(1, len(mine) + 1))
         contents = [json.loads(r["message_data"])["content"] for r in mine]
-        # each turn's three items are adjacent, in order, and in one transaction
         for i in range(0, len(mine), 3):
             w, k = contents[i].split()
             assert contents[i : i + 3] == [f"{w} k{int(k[1:]) + j}" for j in range(3)]
             assert len({r["tx"] for r in mine[i : i + 3]}) == 1
-        # each writer's turns in its own order
         for w in range(writers):
-            if f"s{w % 8}" == sid:
+            if f"{prefix}{w % 8}" == sid:
                 ks = [int(c.split()[1][1:]) for c in contents if c.split()[0] == f"w{w}"]
                 assert ks == list(range(turns * 3))
-        got = await gstore.session(sid).get_items()
+        got = await store.session(sid).get_items()
         assert [i["content"] for i in got] == contents
-    transactions = len({r["tx"] for r in rows})
-    assert transactions < writers * turns  # fewer transactions than batches: they grouped
 
 
 async def test_expired_sessions_start_afresh_in_a_group(
@@ -171,7 +249,7 @@ async def test_expired_sessions_start_afresh_in_a_group(
         await holder.hold(names, "first")
         first = asyncio.create_task(gstore.session("first").add_items([item(1, 0)]))
         a = appender(gstore)
-        await until(lambda: a._busy)
+        await until(lambda: saturated(a))
         later = [
             asyncio.create_task(gstore.session(sid).add_items([item(2, 10), item(2, 11)]))
             for sid in ("old", "live", "old")
@@ -209,7 +287,7 @@ async def test_a_bad_batch_in_a_group_fails_alone(
         await holder.hold(names, "first")
         first = asyncio.create_task(backend.add("first", data))
         a = appender(gstore)
-        await until(lambda: a._busy)
+        await until(lambda: saturated(a))
         sids = [f"g{i}" for i in range(6)] + [bad] + [f"g{i}" for i in range(3)]
         tasks = [asyncio.create_task(backend.add(sid, data)) for sid in sids]
         await until(lambda: len(a._queue) == len(sids))
@@ -239,7 +317,7 @@ async def test_cancel_before_sending_withdraws_the_batch(
         await holder.hold(names, "first")
         first = asyncio.create_task(gstore.session("first").add_items([item(0, 0)]))
         a = appender(gstore)
-        await until(lambda: a._busy)
+        await until(lambda: saturated(a))
         gone = asyncio.create_task(gstore.session("gone").add_items([item(1, 0)]))
         kept = asyncio.create_task(gstore.session("kept").add_items([item(2, 0)]))
         await until(lambda: len(a._queue) == 2)
@@ -277,7 +355,7 @@ async def sent_group_waiting_on_z(
     await group_lock.hold(names, "z")
     first = asyncio.create_task(gstore.session("first").add_items([item(0, 0)]))
     a = appender(gstore)
-    await until(lambda: a._busy)
+    await until(lambda: saturated(a))
     tasks = [asyncio.create_task(gstore.session(sid).add_items(b)) for sid, b in batches.items()]
     await until(lambda: len(a._queue) == len(batches))
     await first_lock.release()
@@ -312,28 +390,42 @@ async def test_cancel_after_sending_waits_for_the_outcome(
     assert len({r["tx"] for r in rows if r["session_id"] in ("a", "z")}) == 1
 
 
-async def test_a_batch_held_up_by_a_locked_session_goes_alone(
-    gstore: SessionStore, pg: Any, names: TableNames, monkeypatch: pytest.MonkeyPatch
+async def test_a_batch_held_up_by_locked_sessions_goes_alone(
+    pg: Any, names: TableNames, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The append in flight waits on a lock; one queued behind it leaves the queue and lands."""
+    """Every slot waits on a lock; a batch queued behind them leaves the queue and goes alone.
+
+    It then waits for a pooled connection as without grouping: the first one freed
+    (by "stuck2") is handed to it, and it lands while "stuck1" still waits.
+    """
     monkeypatch.setattr(postgres_groups, "GROUP_MAX_WAIT", 0.05)
-    conn = await outside(pg.url)
+    one, two = await outside(pg.url), await outside(pg.url)
     try:
-        holder = Holder(conn)
-        await holder.hold(names, "stuck")
-        stuck = asyncio.create_task(gstore.session("stuck").add_items([item(0, 0)]))
-        a = appender(gstore)
-        await until(lambda: a._busy)
-        await asyncio.wait_for(gstore.session("free").add_items([item(1, 0)]), 10)
-        assert not stuck.done()  # still waiting on the lock: "free" did not wait for it
-        assert a.escaped == 1
-        await holder.release()
-        await stuck
-        rows = await rows_of(conn, names)
+        async with store_on(pg.url, names, 2) as store:
+            first_lock, second_lock = Holder(one), Holder(two)
+            await first_lock.hold(names, "stuck1")
+            await second_lock.hold(names, "stuck2")
+            stuck = [
+                asyncio.create_task(store.session(sid).add_items([item(0, 0)]))
+                for sid in ("stuck1", "stuck2")
+            ]
+            a = appender(store)
+            await until(lambda: saturated(a))
+            free = asyncio.create_task(store.session("free").add_items([item(1, 0)]))
+            await until(lambda: a.escaped == 1)  # unsent after 0.05 s: withdrawn, alone
+            await second_lock.release()
+            await asyncio.wait_for(free, 10)
+            assert stuck[1].done()
+            assert not stuck[0].done()  # still waiting on the lock: "free" did not wait for it
+            await first_lock.release()
+            await asyncio.gather(*stuck)
+        rows = await rows_of(one, names)
     finally:
-        await conn.close()
-    assert not a.groups  # the leader found only the withdrawn batch: nothing sent twice
-    assert sorted(r["session_id"] for r in rows) == ["free", "stuck"]
+        await one.close()
+        await two.close()
+    assert a.alone == 3  # the warm-up's, and the two held up
+    assert not a.groups  # the slot freed found only the withdrawn batch: nothing sent twice
+    assert sorted(r["session_id"] for r in rows) == ["free", "stuck1", "stuck2"]
 
 
 @pytest.mark.direct_postgres("terminates the server connection running the group")
@@ -371,34 +463,181 @@ async def test_a_lost_connection_fails_every_caller_of_the_group(
 
 
 @pytest.mark.parametrize("option", [{}, {GROUP_COMMIT_OPTION: False}], ids=["default", "off"])
-async def test_by_default_or_off_one_statement_per_batch(
+async def test_on_by_default_off_when_asked(
     pg: Any, names: TableNames, option: dict[str, bool]
 ) -> None:
-    """Grouping is opt-in on Postgres: by default (and off) each batch is its own statement."""
-    engine = create_engine(pg.url, execution_options=option)
-    store = SessionStore(
-        engine, sessions_table=names.sessions, messages_table=names.messages, create_tables=True
-    )
+    """Both connections of a pool of two wait on locks while ten more appends arrive.
+
+    By default those ten queue and go out as one statement when a connection frees;
+    with ``agents_memory_group_commit=False`` each batch is its own statement.
+    """
+    on = option.get(GROUP_COMMIT_OPTION, True)
     conn = await outside(pg.url)
     try:
-        await store.session("warm").add_items([item(-1, 0)])
-        holder = Holder(conn)
-        await holder.hold(names, "s0")
-        tasks = [
-            asyncio.create_task(store.session(f"s{w % 4}").add_items([item(w, 0), item(w, 1)]))
-            for w in range(24)
-        ]
-        await asyncio.sleep(0.3)  # all sent (4 sessions' worth wait on s0 or each other)
-        await holder.release()
-        await asyncio.gather(*tasks)
+        async with store_on(pg.url, names, 2, option) as store:
+            holder = Holder(conn)
+            await holder.hold(names, "s0", "s1")
+            tasks = [
+                asyncio.create_task(store.session(f"s{w}").add_items([item(w, 0), item(w, 1)]))
+                for w in range(2)
+            ]
+            await until_waiting(conn, names, 2, groups=False)  # both connections held up
+            tasks += [
+                asyncio.create_task(store.session(f"s{w}").add_items([item(w, 0), item(w, 1)]))
+                for w in range(2, 12)
+            ]
+            if on:
+                a = appender(store)
+                await until(lambda: len(a._queue) == 10)
+            else:
+                pool = driver_pool_of(store)
+                await until(lambda: len(pool._waiters) == 10)  # each waits for a connection
+            await holder.release()
+            await asyncio.gather(*tasks)
         rows = await rows_of(conn, names)
     finally:
         await conn.close()
-        await store.close()
-        await engine.dispose()
-    assert not postgres_groups.appenders_for(engine, names).by_loop  # no appender ever made
-    assert len(rows) == 48
-    assert len({r["tx"] for r in rows}) == 24  # one transaction per batch
+    assert len(rows) == 24
+    made = postgres_groups.appenders_for(store.engine, names, slots=2).by_loop
+    if on:
+        assert a.alone == 1 + 2  # the warm-up's, and the two held up
+        assert a.groups == {10: 1}
+        assert len({r["tx"] for r in rows}) == 3  # two alone, then one group of ten
+    else:
+        assert not made  # no appender ever made
+        assert len({r["tx"] for r in rows}) == 12  # one transaction per batch
+
+
+async def test_free_connections_mean_no_grouping(pg: Any, names: TableNames) -> None:
+    """With a connection free, each append is its own statement; only past the pool they queue.
+
+    Four appends on a pool of four wait on the server at once, each alone on its own
+    connection; the fifth and sixth find every slot taken and queue, then go as one group.
+    """
+    conn = await outside(pg.url)
+    try:
+        async with store_on(pg.url, names, 4) as store:
+            holder = Holder(conn)
+            await holder.hold(names, "s0", "s1", "s2", "s3")
+            tasks = [
+                asyncio.create_task(store.session(f"s{w}").add_items([item(w, 0), item(w, 1)]))
+                for w in range(4)
+            ]
+            a = appender(store)
+            await until_waiting(conn, names, 4, groups=False)  # four statements, four connections
+            assert a.alone == 1 + 4  # the warm-up's, and these
+            assert not a._queue
+            tasks += [
+                asyncio.create_task(store.session(f"s{w}").add_items([item(w, 0)])) for w in (4, 5)
+            ]
+            await until(lambda: len(a._queue) == 2)
+            assert a.alone == 1 + 4  # the pool is saturated: they queued
+            await holder.release()
+            await asyncio.gather(*tasks)
+        rows = await rows_of(conn, names)
+    finally:
+        await conn.close()
+    assert a.groups == {2: 1}
+    tx = {
+        sid: {r["tx"] for r in rows if r["session_id"] == sid} for sid in ("s0", "s1", "s2", "s3")
+    }
+    assert all(len(t) == 1 for t in tx.values())
+    assert len(set().union(*tx.values())) == 4  # one transaction each: not grouped
+    assert len({r["tx"] for r in rows if r["session_id"] in ("s4", "s5")}) == 1  # grouped
+    assert len({r["tx"] for r in rows}) == 5
+
+
+async def slots_held_up(
+    store: SessionStore, holders: Sequence[Holder], names: TableNames
+) -> list[asyncio.Task[None]]:
+    """One append alone per slot, each waiting on the lock one of ``holders`` holds."""
+    a = appender(store)
+    sids = [f"alone{i}" for i in range(a.slots)]
+    for h, sid in zip(holders, sids, strict=True):
+        await h.hold(names, sid)
+    tasks = [asyncio.create_task(store.session(sid).add_items([item(0, 0)])) for sid in sids]
+    await until(lambda: saturated(a) and a.alone == 1 + a.slots)  # (the warm-up's first)
+    return tasks
+
+
+def queue(store: SessionStore, sids: Sequence[str]) -> list[asyncio.Task[None]]:
+    """One append of one item per session, as tasks."""
+    return [asyncio.create_task(store.session(sid).add_items([item(1, 0)])) for sid in sids]
+
+
+async def test_a_saturated_pool_groups_and_several_groups_fly_at_once(
+    pg: Any, names: TableNames
+) -> None:
+    """Two slots: each frees in turn, sends what queued, and both groups wait on the server."""
+    conns = [await outside(pg.url) for _ in range(3)]
+    try:
+        async with store_on(pg.url, names, 2) as store:
+            first, second, z = (Holder(c) for c in conns)
+            alone = await slots_held_up(store, [first, second], names)
+            await z.hold(names, "z1", "z2")
+            a = appender(store)
+            one = queue(store, ["z1", "p1", "p2"])
+            await until(lambda: len(a._queue) == 3)
+            await first.release()  # its slot sends the queue as one group; it waits on "z1"
+            await until(lambda: a.groups[3] == 1)
+            two = queue(store, ["z2", "q1", "q2"])
+            await until(lambda: len(a._queue) == 3)
+            await second.release()  # so does the other slot, with what queued since, on "z2"
+            await until(lambda: a.groups[3] == 2)
+            await until_waiting(conns[0], names, 2, groups=True)  # two groups in flight
+            assert a.most_groups_in_flight == 2
+            three = queue(store, ["r1", "r2", "r3"])
+            await until(lambda: len(a._queue) == 3)  # both slots busy: these queue
+            assert not any(t.done() for t in one + two + three)
+            await z.release()
+            await asyncio.gather(*alone, *one, *two, *three)
+        rows = await rows_of(conns[0], names)
+    finally:
+        for c in conns:
+            await c.close()
+    assert a.groups == {3: 3}
+    by_sid = {r["session_id"]: r["tx"] for r in rows}
+    for group in (("z1", "p1", "p2"), ("z2", "q1", "q2"), ("r1", "r2", "r3")):
+        assert len({by_sid[sid] for sid in group}) == 1  # one transaction per group
+    assert len(set(by_sid.values())) == 5  # two alone, three groups
+
+
+async def test_a_locked_session_holds_up_only_its_group(pg: Any, names: TableNames) -> None:
+    """A group waits on session "z"; the other slot keeps serving everyone else meanwhile.
+
+    16 writers x 4 turns (8 sessions) all land while the group, and so the two other
+    batches in it, still wait; they queue and group among themselves on the free slot.
+    """
+    conns = [await outside(pg.url) for _ in range(3)]
+    try:
+        async with store_on(pg.url, names, 2) as store:
+            first, second, z = (Holder(c) for c in conns)
+            alone = await slots_held_up(store, [first, second], names)
+            await z.hold(names, "z")
+            a = appender(store)
+            held = queue(store, ["z", "g1", "g2"])
+            await until(lambda: len(a._queue) == 3)
+            await second.release()
+            await until(lambda: a.groups[3] == 1)  # sent; it waits on "z"
+            await first.release()
+            await asyncio.gather(*alone)
+            await until(lambda: a._in_flight == 1)  # the group's slot only
+            writers, turns = 16, 4
+            flowing = [asyncio.create_task(writer(store, "o", w, turns)) for w in range(writers)]
+            await asyncio.wait_for(asyncio.gather(*flowing), 30)
+            assert not any(t.done() for t in held)  # the group still waits on "z"
+            assert await waiting_on_locks(conns[0], names, groups=True) == 1
+            landed = await rows_of(conns[0], names)
+            await z.release()
+            await asyncio.gather(*held)
+            await check_turns(store, landed, "o", writers, turns)
+        rows = await rows_of(conns[0], names)
+    finally:
+        for c in conns:
+            await c.close()
+    assert not {"z", "g1", "g2"} & {r["session_id"] for r in landed}
+    assert sum(a.groups.values()) > 1, a.groups  # the writers grouped among themselves too
+    assert len({r["tx"] for r in rows if r["session_id"] in ("z", "g1", "g2")}) == 1
 
 
 def test_legacy_tables_keep_the_single_statement() -> None:
