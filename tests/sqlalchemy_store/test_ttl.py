@@ -29,6 +29,7 @@ from agents_memory import (
     SQLAlchemySession,
     SQLiteSession,
     TableNames,
+    create_engine,
     get_models,
     migrations,
 )
@@ -344,6 +345,36 @@ async def test_sqlite_expiry_check_of_an_append_does_not_walk_the_items(tmp_path
         with SQLiteSession("long", path) as s:
             await s.add_items([{"i": "new"}])
             assert await s.get_items() == [{"i": "new"}]
+
+
+async def test_a_new_sessions_first_append_waits_for_no_other_sessions_items(
+    backend: Any, store: SessionStore
+) -> None:
+    """Its expiry check (``drop_expired``) reads its own session's items only.
+
+    On MySQL/MariaDB, base's ``session_id IN (the id, if expired)`` ran as a full scan of
+    the items with next-key locks: a new session's first append waited for any
+    transaction holding another session's items (and held up every other append
+    meanwhile). Here a transaction holds every item of "busy" while "newer" is appended;
+    "middle" sorts between the two, so the holder's own gap lock (InnoDB's, up to the
+    next key after busy's items) ends before where newer's items go.
+    """
+    if backend.kind == "sqlite":
+        pytest.skip("SQLite has one writer: an open write transaction holds every append")
+    await store.session("busy").add_items([{"n": i} for i in range(3)])
+    await store.session("middle").add_items([{"n": 0}])
+    await expire(store, "busy")  # (an expired session's items: what drop_expired looks for)
+    messages = store.table_names.messages
+    other = create_engine(backend.url)
+    try:
+        async with other.connect() as conn:
+            held = text(f"SELECT position FROM {messages} WHERE session_id = 'busy' FOR UPDATE")
+            assert len((await conn.execute(held)).all()) == 3
+            await asyncio.wait_for(store.session("newer").add_items([{"n": 1}]), 20)
+            await conn.rollback()
+    finally:
+        await other.dispose()
+    assert await store.session("newer").get_items() == [{"n": 1}]
 
 
 async def test_sqlite_session_on_sdk_tables(tmp_path: Path) -> None:
