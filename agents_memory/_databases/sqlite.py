@@ -83,7 +83,7 @@ from agents_memory._databases.base import (
     compile_all,
     compile_for,
     counted,
-    expired_items,
+    expired,
     expired_probe,
     expires_param,
     foreign_listeners,
@@ -176,6 +176,25 @@ def _role_of(data: ColumnElement[Any]) -> ColumnElement[Any]:
     return case(
         (func.json_valid(data) == 1, func.json_extract(data, literal_column("'$.role'"))),
         else_=null(),
+    )
+
+
+def _expired_items(
+    messages: Table,
+    sessions: Table,
+    sid: Any,  # noqa: ANN401 - the sid bind parameter
+    clock: ColumnElement[Any],
+) -> ColumnElement[bool]:
+    """The rows of session ``sid``, when its deadline has passed (``drop_expired``'s filter).
+
+    ``session_id IN (the session's id, if expired)``, not ``… AND EXISTS (…)``:
+    SQLite evaluates the uncorrelated ``EXISTS`` once but still walks every item
+    of the session to test it (a 5,000-item session paid 207 µs per append for
+    a delete that deletes nothing), while an ``IN`` list that comes back empty
+    visits no item at all (2.3 µs).
+    """
+    return messages.c.session_id.in_(
+        select(sessions.c.session_id).where(sessions.c.session_id == sid, expired(sessions, clock))
     )
 
 
@@ -1331,7 +1350,7 @@ class SQLite(Database):
         # A write compares deadlines with its own clock, the time it stamps (``now``).
         sessions, messages = base.sessions, base.messages
         sid = sid_param(sessions)
-        drop = delete(messages).where(expired_items(messages, sessions, sid, when))
+        drop = delete(messages).where(_expired_items(messages, sessions, sid, when))
         probe = expired_probe(sessions, sid, when)
         return dataclasses.replace(base, drop_expired=drop, select_expired=probe)
 
