@@ -85,6 +85,21 @@ decode_json = _decoder.decode
 _raw_decode = _decoder.raw_decode
 
 
+def _fast(data: str | bytes) -> Any:  # noqa: ANN401 - whatever the JSON holds
+    """A marked row decoded by ``orjson`` (from ``str``, or from bytes with no ``str`` made).
+
+    ``None`` when it is not marked, ``orjson`` refuses it, or it is JSON ``null``:
+    the caller decodes it with ``json``, whose answer or error stands.
+    """
+    mark = _STORED_MARK_BYTES if type(data) is bytes else STORED_MARK
+    if _fast_loads is None or not data.endswith(mark):  # type: ignore[arg-type]
+        return None
+    try:
+        return _fast_loads(data)
+    except ValueError:  # (orjson.JSONDecodeError)
+        return None
+
+
 def _decode(text: str) -> Any:  # noqa: ANN401 - whatever the JSON holds
     """:data:`decode_json`, faster: ``orjson`` for a marked row, else ``raw_decode`` alone.
 
@@ -97,11 +112,9 @@ def _decode(text: str) -> Any:  # noqa: ANN401 - whatever the JSON holds
     else around it, or one that is not JSON, goes to ``decode_json``, whose
     answer or error stands as before.
     """
-    if _fast_loads is not None and text.endswith(STORED_MARK):
-        try:
-            return _fast_loads(text)
-        except ValueError:  # (orjson.JSONDecodeError) json's answer or error stands
-            pass
+    value = _fast(text)
+    if value is not None:
+        return value
     try:
         value, end = _raw_decode(text)
     except ValueError:
@@ -242,20 +255,6 @@ def encode_stored_item(item: object, *, index: int = 0) -> str:
     return _encode(item, index, ensure_ascii=False, mark=_STORED_MARK_BYTES)
 
 
-def _decode_bytes(data: bytes) -> Any:  # noqa: ANN401 - whatever the JSON holds
-    """A marked row handed over as UTF-8 bytes, decoded by ``orjson`` with no ``str`` made first.
-
-    ``None`` when it is not marked or ``orjson`` refuses it: the caller decodes
-    the text as for any other row.
-    """
-    if _fast_loads is None or not data.endswith(_STORED_MARK_BYTES):
-        return None
-    try:
-        return _fast_loads(data)
-    except ValueError:  # (orjson.JSONDecodeError) json's answer or error stands
-        return None
-
-
 def _text(data: bytes) -> str | bytes:
     """A row handed over as bytes (SQLite's reads), as text; invalid UTF-8 stays bytes (corrupt)."""
     try:
@@ -275,7 +274,7 @@ def decode_row(
     that meets it rolls back, so nothing is deleted because it could not be read.
     """
     if type(data) is bytes:
-        value = _decode_bytes(data)
+        value = _fast(data)
         if type(value) is dict:
             return value
         data = _text(data)
@@ -311,7 +310,7 @@ def decode_rows(
     for row_id, stored in rows:
         data = stored
         if type(data) is bytes:
-            value = _decode_bytes(data)
+            value = _fast(data)
             if type(value) is dict:
                 out.append(value)
                 continue
