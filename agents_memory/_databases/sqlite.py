@@ -525,7 +525,11 @@ class _Mailbox:
         self._scheduled = False
 
     def post(self, loop: asyncio.AbstractEventLoop, deliveries: Iterable[tuple[Any, ...]]) -> None:
-        """From a thread: :func:`_deliver` each ``(job, future, result, error)`` on ``loop``."""
+        """From a thread: :func:`_deliver` each ``(job, future, result, error)`` on ``loop``.
+
+        The loop is passed, not kept: a mailbox holding its loop would keep its own
+        key in the weak mapping alive.
+        """
         with self._lock:
             self._posted.extend(deliveries)
             if self._scheduled:
@@ -558,13 +562,18 @@ def _wake(deliveries: Iterable[tuple[asyncio.AbstractEventLoop, tuple[Any, ...]]
     for loop, delivery in deliveries:
         by_loop.setdefault(loop, []).append(delivery)
     for loop, each in by_loop.items():
-        box = _mailboxes.get(loop)
-        if box is None:
-            with _mailboxes_guard:
-                box = _mailboxes.get(loop)
-                if box is None:
-                    box = _mailboxes[loop] = _Mailbox()
-        box.post(loop, each)
+        _mailbox(loop).post(loop, each)
+
+
+def _mailbox(loop: asyncio.AbstractEventLoop) -> _Mailbox:
+    """``loop``'s mailbox (made on first use; our threads post from several threads)."""
+    box = _mailboxes.get(loop)
+    if box is None:
+        with _mailboxes_guard:
+            box = _mailboxes.get(loop)
+            if box is None:
+                box = _mailboxes[loop] = _Mailbox()
+    return box
 
 
 async def _settle(job: _Job | _Batch, loop: asyncio.AbstractEventLoop) -> None:
@@ -603,7 +612,7 @@ def _serve(jobs: queue.SimpleQueue[_Job | None], connect: Callable[[], sqlite3.C
                 result = job.fn(conn)
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
                 error = exc
-            _wake([(job.loop, (job, job.future, result, error))])
+            _mailbox(job.loop).post(job.loop, ((job, job.future, result, error),))
     finally:
         if conn is not None:
             conn.close()
