@@ -5,8 +5,8 @@ throughput of ours with and without group commit against raw aiosqlite. This add
 what a throughput table cannot show:
 
 * **hold**: how long one group holds the file's write lock (``BEGIN IMMEDIATE`` to the
-  end of ``COMMIT``) when it is full (``GROUP_MAX_BATCHES`` turns of 4 items, each in
-  its savepoint), against one turn alone;
+  end of ``COMMIT``) when it is full (``GROUP_MAX_BATCHES`` turns of 4 items, run
+  together as the writer runs a group's appends: ``fold_appends``), against one turn alone;
 * **latency under load**: one session appending a turn at a time while N other sessions
   append as fast as they can: p50/p99/max of its ``add_items`` for raw aiosqlite, ours
   (grouped), ours without the hold limit (``ours_nolimit``) and ours with group commit
@@ -90,12 +90,14 @@ def measure_hold(path: Path, items: ItemSource, repeats: int) -> dict[str, list[
             lite.add_body(ex, f"one-{r}", turns[0], expiry=expiry)
             conn.commit()
             out["one turn"].append(time.perf_counter() - started)
+            appends = [
+                lite.Append(NAMES, f"group-{r}-{k}", data, None) for k, data in enumerate(turns)
+            ]
             started = time.perf_counter()
             conn.execute("BEGIN IMMEDIATE")
-            for k, data in enumerate(turns):
-                conn.execute("SAVEPOINT agents_memory_batch")
-                lite.add_body(ex, f"group-{r}-{k}", data, expiry=expiry)
-                conn.execute("RELEASE agents_memory_batch")
+            conn.execute("SAVEPOINT agents_memory_batch")  # as the writer runs a group's appends
+            lite.fold_appends(conn, appends)
+            conn.execute("RELEASE agents_memory_batch")
             conn.commit()
             out["full group"].append(time.perf_counter() - started)
     finally:
@@ -330,16 +332,16 @@ class _Floor:
                 w.executemany(raw.insert, [(sid, first + i, x) for i, x in enumerate(d)])
             w.commit()
             return
-        for sid in self.sids:  # ours: its statements and codec, a savepoint per batch
+        for sid in self.sids:  # ours: its statements and codec, the appends run together
             decode_rows(
                 reversed(self.rex.rows("select_latest", {"sid": sid, "n": 20})), on_corrupt="skip"
             )
         data = [encode_items(t) for t in turns]
+        appends = [lite.Append(NAMES, sid, d, None) for sid, d in zip(self.sids, data, strict=True)]
         w.execute("BEGIN IMMEDIATE")
-        for sid, d in zip(self.sids, data, strict=True):
-            w.execute("SAVEPOINT agents_memory_batch")
-            lite.add_body(self.ex, sid, d, expiry=self.expiry)
-            w.execute("RELEASE agents_memory_batch")
+        w.execute("SAVEPOINT agents_memory_batch")  # the writer's group: its appends folded
+        lite.fold_appends(w, appends)
+        w.execute("RELEASE agents_memory_batch")
         w.commit()
 
     def close(self) -> None:

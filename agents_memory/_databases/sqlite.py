@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import functools
+import itertools
 import json
 import queue
 import sqlite3
@@ -94,6 +95,7 @@ from agents_memory._databases.base import (
     portable_statements,
     renewed_expiry,
     sid_param,
+    tables_for,
     wrap_driver_error,
 )
 from agents_memory._migrations import _lock as lock_table
@@ -227,12 +229,10 @@ What reads compare deadlines with; writes compare them with their client clock
 """
 
 
-def _upsert_renewing(sessions: Table, sid: Any, now_: ColumnElement[Any]) -> Executable:  # noqa: ANN401
+def _renewing(sessions: Table, sid: Any, now_: ColumnElement[Any]) -> Any:  # noqa: ANN401
     """The head variant's upsert: ``updated_at``, the deadline and ``last_position`` moved.
 
-    The deadline is renewed (``expires``); ``last_position`` is bumped by ``n`` and
-    returned (the batch's positions end there).
-
+    The deadline is renewed (``expires``); ``last_position`` is bumped by ``n``.
     Run after ``drop_expired`` in the same transaction, so an expired deadline is
     cleared (or replaced by the store's ``ttl``) once its items are gone.
     """
@@ -251,14 +251,58 @@ def _upsert_renewing(sessions: Table, sid: Any, now_: ColumnElement[Any]) -> Exe
                 "last_position": sessions.c.last_position + n,
             },
         )
-        .returning(sessions.c.last_position)
     )
+
+
+def _upsert_renewing(sessions: Table, sid: Any, now_: ColumnElement[Any]) -> Executable:  # noqa: ANN401
+    """:func:`_renewing`, returning the bumped ``last_position`` (where the batch's rows end)."""
+    return _renewing(sessions, sid, now_).returning(sessions.c.last_position)  # type: ignore[no-any-return]
 
 
 @functools.cache
 def compiled(names: TableNames, expiry: bool = False) -> dict[str, CompiledSQL]:
     """Every statement of ``names`` compiled once for ``sqlite3`` (by field name)."""
     return compile_all(SQLite.statements(names, expiry), DIALECT)
+
+
+@dataclasses.dataclass(frozen=True)
+class Folded:
+    """What a group runs for several appends to one table set at once (:func:`fold_appends`).
+
+    The group's session ids are bound as one JSON array and read with ``json_each``
+    (JSON1, which the metadata filters already need): one statement text whatever
+    the group's size, so ``sqlite3`` prepares each once.
+    """
+
+    drop: CompiledSQL
+    """Every expired session's old items, of all the group's sessions (``drop_expired``'s)."""
+    upsert: CompiledSQL
+    """``upsert_session`` without ``RETURNING``: ``executemany`` runs it once per batch."""
+    counters: CompiledSQL
+    """Each session's ``last_position`` after the group's upserts."""
+    insert: CompiledSQL
+    """``insert_message``, for every row of the group in one ``executemany``."""
+
+
+@functools.cache
+def folded(names: TableNames) -> Folded:
+    """:class:`Folded` for the head tables of ``names``, built from the models, compiled once."""
+    sessions, messages = tables_for(names, head=True)
+    when = bindparam("now", type_=String())
+    ids = func.json_each(bindparam("sids", type_=String())).table_valued("value")
+    in_group = sessions.c.session_id.in_(select(ids.c.value))
+    drop = delete(messages).where(
+        messages.c.session_id.in_(
+            select(sessions.c.session_id).where(in_group, expired(sessions, when))
+        )
+    )
+    counters = select(sessions.c.session_id, sessions.c.last_position).where(in_group)
+    return Folded(
+        drop=compile_for(drop, DIALECT),
+        upsert=compile_for(_renewing(sessions, sid_param(sessions), when), DIALECT),
+        counters=compile_for(counters, DIALECT),
+        insert=compiled(names, expiry=True)["insert_message"],
+    )
 
 
 def has_expiry(conn: sqlite3.Connection, names: TableNames) -> bool:
@@ -356,6 +400,69 @@ def add_body(
     ex.run("drop_expired", {"sid": sid, "now": when})
     top = ex.rows("upsert_session", {"sid": sid, "now": when, "expires": expires, "n": len(data)})
     ex.runmany("insert_message", numbered(sid, data, int(top[0][0]), {"now": when}))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Append:
+    """An append (head tables) as data, so that a group may run several together.
+
+    Its batch still carries :func:`add_body` as its job: that is what runs when
+    the batch is alone, or when a group's folded run fails and each batch is
+    tried again on its own.
+    """
+
+    names: TableNames
+    sid: str
+    data: Sequence[str]
+    expires: object
+
+
+def fold_appends(conn: sqlite3.Connection, appends: Sequence[Append]) -> None:
+    """:func:`add_body` for each of ``appends`` in turn (one table set), in four statements.
+
+    The same effect, in order, as one ``add_body`` after another at one clock:
+    every expired session among them loses its old items first (a session
+    appended to twice is renewed by the first upsert, so the second would have
+    dropped nothing), then one upsert per batch in arrival order bumps each
+    counter, and each batch's rows take the positions just below what its
+    session's later batches took. Per batch that is one row of an ``executemany``
+    instead of five statements (savepoint, drop, upsert, insert, release): the
+    writer thread's share of a 64-session burst.
+    """
+    st = folded(appends[0].names)
+    when = now()
+    ids = json.dumps(list(dict.fromkeys(a.sid for a in appends)))
+    conn.execute(st.drop.sql, st.drop.positional({"sids": ids, "now": when}))
+    conn.executemany(
+        st.upsert.sql,
+        [
+            st.upsert.positional(
+                {"sid": a.sid, "now": when, "expires": a.expires, "n": len(a.data)}
+            )
+            for a in appends
+        ],
+    )
+    tops: dict[str, int] = dict(
+        conn.execute(st.counters.sql, st.counters.positional({"sids": ids})).fetchall()
+    )
+    firsts: list[int] = []
+    for a in reversed(appends):  # the last batch of a session ends at its counter
+        tops[a.sid] -= len(a.data)
+        firsts.append(tops[a.sid] + 1)
+    firsts.reverse()
+    columns: dict[str, Iterable[Any]] = {
+        **{key: itertools.repeat(value) for key, value in st.insert.constants.items()},
+        "sid": [a.sid for a in appends for _ in a.data],
+        "pos": [
+            p
+            for a, first in zip(appends, firsts, strict=True)
+            for p in range(first, first + len(a.data))
+        ],
+        "data": [d for a in appends for d in a.data],
+        "now": itertools.repeat(when),
+    }
+    # (strict=False: the constant columns repeat; the row columns decide how many rows)
+    conn.executemany(st.insert.sql, zip(*(columns[key] for key in st.insert.order), strict=False))
 
 
 def pop_body(
@@ -709,6 +816,7 @@ class _Batch:
     """
 
     __slots__ = (
+        "append",
         "caller",
         "delivered",
         "error",
@@ -726,9 +834,12 @@ class _Batch:
         fn: Callable[[sqlite3.Connection], Any],
         size: int,
         caller: tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]] | None = None,
+        append: Append | None = None,
     ) -> None:
         self.fn = fn
         self.size = max(size, _POP_OR_CLEAR_BYTES)
+        self.append = append
+        """The same write as data when it is an append (a group may fold it), else None."""
         self.caller = caller
         """An awaiting caller's loop and future (the writer thread's); None for a thread's own."""
         self.started = False
@@ -812,7 +923,7 @@ def commit_group(conn: sqlite3.Connection, group: Sequence[_Batch], batches: _Qu
         return
     begun = time.perf_counter()
     try:
-        done = _run_batches(conn, group, batches.requeue, begun + batches.max_hold)
+        done = _run_batches(conn, group, batches, begun + batches.max_hold)
         if done is None:
             return
         try:
@@ -827,40 +938,83 @@ def commit_group(conn: sqlite3.Connection, group: Sequence[_Batch], batches: _Qu
 
 
 def _run_batches(
-    conn: sqlite3.Connection,
-    group: Sequence[_Batch],
-    requeue: Callable[[Sequence[_Batch]], None],
-    deadline: float,
+    conn: sqlite3.Connection, group: Sequence[_Batch], batches: _Queue, deadline: float
 ) -> list[tuple[_Batch, Any]] | None:
     """Run each batch that joins; the batches to commit, or None when the transaction is lost.
 
     In a group of several, each batch runs in its own savepoint and one that
-    fails is rolled back alone. When the transaction itself is lost (a lone
-    batch failed, or SQLite rolled everything back), every batch that had
-    joined gets the error and those that had not go back to the queue. Past
-    ``deadline`` (``time.perf_counter``) no further batch joins: the rest go
-    back to the queue and the group commits what it ran.
+    fails is rolled back alone. Consecutive appends to one table set run
+    together first (:func:`fold_appends`, in one savepoint); if that fails, it
+    is rolled back and each of them runs again on its own, so only a batch that
+    fails alone fails. When the transaction itself is lost (a lone batch failed,
+    or SQLite rolled everything back), every batch that had joined gets the
+    error and those that had not go back to ``batches``. Past ``deadline``
+    (``time.perf_counter``) no further batch joins: the rest go back to the
+    queue and the group commits what it ran.
     """
+    requeue = batches.requeue
     alone = len(group) == 1
     done: list[tuple[_Batch, Any]] = []
-    for i, batch in enumerate(group):
+    i = 0
+    while i < len(group):
         if i and time.perf_counter() >= deadline:
             requeue(group[i:])  # not joined: they lead the next group (or are withdrawn)
             break
-        if not batch.join():
-            continue  # withdrawn before it joined: never runs
-        try:
-            result = batch.fn(conn) if alone else _in_savepoint(conn, batch)
-        except BaseException as exc:  # noqa: BLE001 - handed to its caller
-            if not alone and _undo_savepoint(conn):
-                batch.finish(None, exc)  # rolled back alone; the others go on
+        run = 1 if alone else _appends_at(group, i)
+        joined = [batch for batch in group[i : i + run] if batch.join()]  # withdrawn: never run
+        i += run
+        if len(joined) > 1:
+            try:
+                _fold(conn, joined)
+            except BaseException as exc:  # noqa: BLE001 - handed to the callers, or tried again
+                batches.unfolded += 1
+                if not _undo_savepoint(conn):
+                    _lost(conn, exc, joined, done)
+                    requeue(group[i:])
+                    return None
+            else:
+                batches.folds += 1
+                done.extend((batch, None) for batch in joined)
                 continue
-            _rollback(conn)
-            _finish_all([(batch, None, exc), *((earlier, None, exc) for earlier, _ in done)])
-            requeue(group[i + 1 :])
-            return None
-        done.append((batch, result))
+        for k, batch in enumerate(joined):
+            try:
+                result = batch.fn(conn) if alone else _in_savepoint(conn, batch)
+            except BaseException as exc:  # noqa: BLE001 - handed to its caller
+                if not alone and _undo_savepoint(conn):
+                    batch.finish(None, exc)  # rolled back alone; the others go on
+                    continue
+                _lost(conn, exc, joined[k:], done)  # the rest joined: they were in it too
+                requeue(group[i:])
+                return None
+            done.append((batch, result))
     return done
+
+
+def _appends_at(group: Sequence[_Batch], i: int) -> int:
+    """How many batches from ``group[i]`` on are appends to one table set (at least 1)."""
+    first = group[i].append
+    end = i + 1
+    if first is not None:
+        while end < len(group) and (a := group[end].append) is not None and a.names == first.names:
+            end += 1
+    return end - i
+
+
+def _fold(conn: sqlite3.Connection, joined: Sequence[_Batch]) -> None:
+    conn.execute(f"SAVEPOINT {_SAVEPOINT}")
+    fold_appends(conn, [batch.append for batch in joined if batch.append is not None])
+    conn.execute(f"RELEASE {_SAVEPOINT}")
+
+
+def _lost(
+    conn: sqlite3.Connection,
+    exc: BaseException,
+    failed: Sequence[_Batch],
+    done: Sequence[tuple[_Batch, Any]],
+) -> None:
+    """The transaction is gone: ``exc`` for the batches that failed with it and those run before."""
+    _rollback(conn)
+    _finish_all([*((batch, None, exc) for batch in failed), *((b, None, exc) for b, _ in done)])
 
 
 def _in_savepoint(conn: sqlite3.Connection, batch: _Batch) -> Any:  # noqa: ANN401
@@ -884,6 +1038,10 @@ class _Queue:
         self.stopping = False
         self.groups = 0
         """Transactions run (for tests, reliability notes and benchmarks)."""
+        self.folds = 0
+        """Runs of appends run together (:func:`fold_appends`) inside a transaction."""
+        self.unfolded = 0
+        """Such runs that failed and whose batches ran again one by one."""
 
     def put(self, batch: _Batch) -> None:
         with self.cond:
@@ -961,6 +1119,16 @@ class _Counted:
         """Transactions run so far (a group of one included)."""
         return self._batches.groups
 
+    @property
+    def folds(self) -> int:
+        """Runs of appends run together so far (several batches in four statements)."""
+        return self._batches.folds
+
+    @property
+    def unfolded(self) -> int:
+        """Runs of appends that failed together and ran again one batch at a time."""
+        return self._batches.unfolded
+
     def pending(self) -> int:
         """Batches queued and not yet taken into a transaction (withdrawn ones included)."""
         with self._batches.cond:
@@ -981,8 +1149,11 @@ class GroupWriter(_Counted):
     and :data:`GROUP_MAX_BYTES`, taking in no batch once it has held the lock for
     :data:`GROUP_MAX_HOLD`): one ``BEGIN IMMEDIATE``, each batch in its own
     ``SAVEPOINT`` (a batch that fails rolls back alone, and only its caller gets
-    the error), one ``COMMIT``, then every caller gets its own result. A caller
-    alone in the queue gets a transaction of its own, exactly as without grouping.
+    the error), one ``COMMIT``, then every caller gets its own result. Appends
+    queued one after another (to one table set) share a savepoint and four
+    statements (:func:`fold_appends`); if that fails, each runs again in its own,
+    as above. A caller alone in the queue gets a transaction of its own, exactly
+    as without grouping.
 
     A batch *joins* once its transaction holds the file's lock, just before its
     savepoint: cancelled before that (queued, or waiting for the lock), it is
@@ -1016,17 +1187,20 @@ class GroupWriter(_Counted):
         """Whether batches queued together share a transaction."""
         return self._batches.max_batches > 1
 
-    async def call(self, fn: Callable[[sqlite3.Connection], T], size: int = 0) -> T:
+    async def call(
+        self, fn: Callable[[sqlite3.Connection], T], size: int = 0, append: Append | None = None
+    ) -> T:
         """Run ``fn(connection)`` inside a write transaction, grouped with what queued beside it.
 
-        ``size`` is the batch's weight against :data:`GROUP_MAX_BYTES`.
+        ``size`` is the batch's weight against :data:`GROUP_MAX_BYTES`; ``append``,
+        the same write as data when ``fn`` is :func:`add_body` (a group may fold it).
         """
         if not self._stopper.alive:
             msg = "this SQLite connection was closed"
             raise RuntimeError(msg)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        batch = _Batch(fn, size, (loop, future))
+        batch = _Batch(fn, size, (loop, future), append)
         self._batches.put(batch)
         try:
             return await future
@@ -1164,6 +1338,7 @@ class ThreadOperations(RowReads):
         expiry: bool = False,
     ) -> None:
         self._engine = engine
+        self._names = names
         self._sql = compiled(names, expiry)
         self._expiry = expiry
         self._on_corrupt: OnCorrupt = on_corrupt
@@ -1180,12 +1355,18 @@ class ThreadOperations(RowReads):
     def _fail(self, exc: Exception, statement: str) -> Exception:
         return wrap_driver_error(exc, self._engine, statement, None, gone=False)
 
-    async def _write(self, key: str, job: Callable[[LiteExecutor], T], size: int = 0) -> T:
+    async def _write(
+        self,
+        key: str,
+        job: Callable[[LiteExecutor], T],
+        size: int = 0,
+        append: Append | None = None,
+    ) -> T:
         """Run ``job`` in a write transaction, grouped with others queued beside it."""
         sql = self._sql
         try:
             return await self._threads().writer.call(
-                lambda conn: job(LiteExecutor(conn, sql)), size
+                lambda conn: job(LiteExecutor(conn, sql)), size, append
             )
         except sqlite3.Error as exc:
             raise self._fail(exc, sql[key].sql) from exc
@@ -1206,6 +1387,7 @@ class ThreadOperations(RowReads):
             "insert_message",
             lambda ex: add_body(ex, session_id, data, expires, expiry=expiry),
             size,
+            Append(self._names, session_id, data, expires) if expiry else None,
         )
 
     async def pop(self, session_id: str) -> dict[str, Any] | None:

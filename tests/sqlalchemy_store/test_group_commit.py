@@ -13,6 +13,7 @@ so that a loaded machine cannot split a group the test counts; its own tests set
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import functools
 import math
 import sqlite3
@@ -23,11 +24,13 @@ from pathlib import Path
 import pytest
 from group_waits import item, until
 from sqlalchemy import exc as sa_exc
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agents_memory import SessionStore, create_engine
 from agents_memory._databases import sqlite as lite
 from agents_memory._databases.base import GROUP_COMMIT_OPTION
+from agents_memory.models import get_models
 
 
 async def _store(engine: AsyncEngine, tmp_path: Path) -> SessionStore:
@@ -117,6 +120,18 @@ async def stall_later(store: SessionStore) -> AsyncIterator[Stall]:
         st.close()
 
 
+def refuse_items_with(store: SessionStore, word: str, raise_args: str) -> None:
+    """A trigger, made by another connection: ``RAISE(raise_args)`` on an item holding ``word``."""
+    path = store.engine.url.database
+    assert path
+    ddl = sqlite3.connect(path, isolation_level=None)
+    ddl.execute(
+        f"CREATE TRIGGER refuse_{word} BEFORE INSERT ON {store.table_names.messages} "
+        f"WHEN NEW.message_data LIKE '%{word}%' BEGIN SELECT RAISE({raise_args}); END"
+    )
+    ddl.close()
+
+
 async def test_queued_batches_share_one_transaction_whole_and_in_order(
     store: SessionStore, stall: Stall
 ) -> None:
@@ -126,12 +141,14 @@ async def test_queued_batches_share_one_transaction_whole_and_in_order(
         asyncio.create_task(store.session(f"s{w}" if w < 30 else "shared").add_items(batches[w]))
         for w in range(40)
     ]
+    folds = stall.writer.folds
     await stall.queued(40)
     stall.release()
     await asyncio.gather(*tasks)
     assert stall.first is not None
     await stall.first
     assert stall.groups() == 2  # the stalled batch alone, then all 40 together
+    assert stall.writer.folds == folds + 1  # in one run: four statements for the 40
     for w in range(30):
         assert await store.session(f"s{w}").get_items() == batches[w]
     shared = await store.session("shared").get_items()
@@ -178,15 +195,7 @@ async def test_a_failing_batch_rolls_back_alone_and_only_its_caller_sees_the_err
     store: SessionStore,
 ) -> None:
     """A trigger refuses one batch inside a group: the others commit, its caller gets the error."""
-    names = store.table_names
-    path = store.engine.url.database
-    assert path
-    ddl = sqlite3.connect(path, isolation_level=None)
-    ddl.execute(
-        f"CREATE TRIGGER refuse_poison BEFORE INSERT ON {names.messages} "
-        "WHEN NEW.message_data LIKE '%poison%' BEGIN SELECT RAISE(ABORT, 'poison refused'); END"
-    )
-    ddl.close()
+    refuse_items_with(store, "poison", "ABORT, 'poison refused'")
     st = Stall(store)
     try:
         await st.start()
@@ -199,10 +208,12 @@ async def test_a_failing_batch_rolls_back_alone_and_only_its_caller_sees_the_err
             asyncio.create_task(store.session("a").add_items(good[:1])),
             asyncio.create_task(store.session("c").add_items(good)),
         ]
+        unfolded = st.writer.unfolded
         await st.queued(5)
         st.release()
         results = await asyncio.gather(*tasks, return_exceptions=True)
         assert st.groups() == 2
+        assert st.writer.unfolded == unfolded + 1  # the five failed together, then ran alone
     finally:
         st.close()
     assert [r is None for r in results] == [True, False, False, True, True]
@@ -213,6 +224,158 @@ async def test_a_failing_batch_rolls_back_alone_and_only_its_caller_sees_the_err
     assert await store.session("b").get_items() == []
     assert await store.session("c").get_items() == good
     assert await store.get_session("b") is None  # its session row was in the rolled-back savepoint
+
+
+async def test_a_folded_run_starts_expired_sessions_afresh_and_renews_every_deadline(
+    tmp_path: Path,
+) -> None:
+    """Appends run together keep each one's TTL rules: an expired session loses its old items.
+
+    "old" expired (behind the store's back) holding two items; it is appended to
+    twice in the run, beside a live session and a new one. The first append starts
+    it afresh (its old rows deleted, not just hidden), the second lands after it.
+    """
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'gc.db'}")
+    store = SessionStore(
+        engine,
+        sessions_table="gc_sessions",
+        messages_table="gc_messages",
+        create_tables=True,
+        ttl=dt.timedelta(hours=1),
+    )
+    st = Stall(store)
+    try:
+        for sid in ("old", "live"):
+            await store.session(sid).add_items([item(20, 0), item(20, 1)])
+        sessions = get_models(store.table_names).Session.__table__
+        async with engine.begin() as conn:
+            await conn.execute(
+                update(sessions)
+                .where(sessions.c.session_id == "old")
+                .values(expires_at=dt.datetime(2000, 1, 1, tzinfo=dt.UTC).replace(tzinfo=None))
+            )
+        assert await store.session("old").get_items() == []  # expired: reads see nothing
+        await st.start()
+        folds, before = st.writer.folds, dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        tasks = [
+            asyncio.create_task(store.session(sid).add_items(batch))
+            for sid, batch in (
+                ("old", [item(21, 0), item(21, 1)]),
+                ("live", [item(22, 0)]),
+                ("old", [item(23, 0)]),
+                ("new", [item(24, 0)]),
+            )
+        ]
+        await st.queued(4)
+        st.release()
+        await asyncio.gather(*tasks)
+        assert st.groups() == 2
+        assert st.writer.folds == folds + 1
+    finally:
+        st.close()
+    try:
+        assert await store.session("old").get_items() == [item(21, 0), item(21, 1), item(23, 0)]
+        assert await store.session("live").get_items() == [item(20, 0), item(20, 1), item(22, 0)]
+        assert await store.session("new").get_items() == [item(24, 0)]
+        messages = get_models(store.table_names).Message.__table__
+        async with engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    select(messages.c.position)
+                    .where(messages.c.session_id == "old")
+                    .order_by(messages.c.position)
+                )
+            ).scalars()
+            assert list(rows) == [3, 4, 5]  # the old two are gone; positions go on, contiguous
+        for sid in ("old", "live", "new"):
+            deadline = await store.session(sid).expires_at()
+            assert deadline is not None
+            assert deadline >= before + dt.timedelta(minutes=59)  # renewed by the run's writes
+    finally:
+        await store.close()
+        await engine.dispose()
+
+
+async def test_appends_to_two_table_sets_fold_per_table_set_in_arrival_order(
+    tmp_path: Path,
+) -> None:
+    """Two stores on one engine share its writer: a run folds only one table set's appends."""
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'gc.db'}")
+    first = await _store(engine, tmp_path)
+    other = SessionStore(
+        engine, sessions_table="gc2_sessions", messages_table="gc2_messages", create_tables=True
+    )
+    await other.session("warm").add_items([item(-1, 0)])
+    st = Stall(first)
+    try:
+        await st.start()
+        folds = st.writer.folds
+        plan = [(first, "s1"), (first, "s2"), (other, "s1"), (other, "s1"), (first, "s1")]
+        tasks = [
+            asyncio.create_task(store.session(sid).add_items([item(30 + w, 0), item(30 + w, 1)]))
+            for w, (store, sid) in enumerate(plan)
+        ]
+        await st.queued(5)
+        st.release()
+        await asyncio.gather(*tasks)
+        assert st.groups() == 2
+        assert st.writer.folds == folds + 2  # [first, first], [other, other], then one alone
+    finally:
+        st.close()
+    try:
+        landed = [item(30, 0), item(30, 1), item(34, 0), item(34, 1)]
+        assert await first.session("s1").get_items() == landed
+        assert await first.session("s2").get_items() == [item(31, 0), item(31, 1)]
+        assert await other.session("s1").get_items() == [
+            item(32, 0),
+            item(32, 1),
+            item(33, 0),
+            item(33, 1),
+        ]
+        assert await other.session("s2").get_items() == []
+    finally:
+        await other.close()
+        await first.close()
+        await engine.dispose()
+
+
+async def test_a_folded_run_that_loses_the_transaction_fails_only_its_own_callers(
+    store: SessionStore,
+) -> None:
+    """A trigger rolls back the whole transaction inside a run: its appends get the error.
+
+    The batches queued after the run never joined it: they go back to the queue
+    and commit in the next transaction (the pop takes its item exactly once).
+    """
+    await store.session("p").add_items([item(40, 0)])
+    refuse_items_with(store, "doom", "ROLLBACK, 'doomed'")  # the whole transaction
+    st = Stall(store)
+    try:
+        await st.start()
+        unfolded = st.writer.unfolded
+        doomed = {"type": "message", "role": "user", "content": "doom"}
+        tasks = [
+            asyncio.create_task(store.session("a").add_items([item(41, 0)])),
+            asyncio.create_task(store.session("b").add_items([doomed])),
+            asyncio.create_task(store.session("p").pop_item()),
+            asyncio.create_task(store.session("c").add_items([item(42, 0)])),
+        ]
+        await st.queued(4)
+        st.release()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert st.groups() == 3  # the stalled batch, the lost one, the pop and "c"
+        assert st.writer.unfolded == unfolded + 1
+    finally:
+        st.close()
+    for failed in results[:2]:
+        assert isinstance(failed, sa_exc.IntegrityError)
+        assert "doomed" in str(failed)
+    assert results[2] == item(40, 0)
+    assert results[3] is None
+    assert await store.session("a").get_items() == []
+    assert await store.session("b").get_items() == []
+    assert await store.session("p").get_items() == []
+    assert await store.session("c").get_items() == [item(42, 0)]
 
 
 def _deferred_fk_violation(messages: str) -> Callable[[sqlite3.Connection], None]:
