@@ -314,10 +314,14 @@ class SQLiteSession(SessionBase):
         await self._call(functools.partial(self._add, data))
 
     def _write(
-        self, conn: sqlite3.Connection, job: Callable[[sqlite3.Connection], T], size: int = 0
+        self,
+        conn: sqlite3.Connection,
+        job: Callable[[sqlite3.Connection], T],
+        size: int = 0,
+        append: lite.Append | None = None,
     ) -> T:
         """Run ``job`` in a write transaction, grouped with other sessions' writes on the file."""
-        return self._file_lock.writes.run(self._write_lock, conn, job, size)
+        return self._file_lock.writes.run(self._write_lock, conn, job, size, append)
 
     def _deadline(self) -> str | None:
         """The deadline a write gives the session (``ttl`` from now), as SQLite text."""
@@ -329,6 +333,7 @@ class SQLiteSession(SessionBase):
             conn,
             lambda c: lite.add_body(lite.LiteExecutor(c, sql), sid, data, expires, expiry=expiry),
             sum(map(len, data)),
+            lite.Append(self._names, sid, data, expires) if expiry else None,
         )
 
     async def pop_item(self) -> TResponseInputItem | None:

@@ -53,7 +53,7 @@ async def test_sessions_on_one_file_share_one_transaction(tmp_path: Path) -> Non
         writes = sessions[0]._file_lock.writes
         assert all(s._file_lock.writes is writes for s in sessions)
         batches = [[item(w, k) for k in range(1 + w % 3)] for w in range(24)]
-        before = writes.groups
+        before, folds = writes.groups, writes.folds
         lock.acquire()
         try:
             tasks = [
@@ -64,6 +64,7 @@ async def test_sessions_on_one_file_share_one_transaction(tmp_path: Path) -> Non
             lock.release()
         await asyncio.gather(*tasks)
         assert writes.groups - before == 1  # all 24 batches, one transaction
+        assert writes.folds - folds == 1  # run together: four statements for the 24
         for w in range(8):
             got = await sessions[w].get_items()
             mine = [batches[v] for v in range(w, 24, 8)]  # three objects: any order between them
@@ -107,7 +108,7 @@ async def test_a_failing_batch_fails_alone(tmp_path: Path) -> None:
         )
         ddl.close()
         writes = good._file_lock.writes
-        before = writes.groups
+        before, unfolded = writes.groups, writes.unfolded
         poison = [item(1, 0), {"type": "message", "role": "user", "content": "poison"}]
         good._write_lock.acquire()
         try:
@@ -121,6 +122,7 @@ async def test_a_failing_batch_fails_alone(tmp_path: Path) -> None:
             good._write_lock.release()
         results = await asyncio.gather(*tasks, return_exceptions=True)
         assert writes.groups - before == 1
+        assert writes.unfolded - unfolded == 1  # the three failed together, then ran alone
         assert results[0] is None
         assert results[2] is None
         assert isinstance(results[1], sqlite3.IntegrityError)

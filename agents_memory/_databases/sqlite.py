@@ -799,6 +799,16 @@ full group of 64 turns took on an idle 2-CPU VM; ``python -m benchmarks.group_co
 reports the holds the writer really had under load.
 """
 
+FOLD_MAX_BYTES = 256 * 1024
+"""The most item bytes of appends one group runs together (:func:`fold_appends`).
+
+The hold limit is checked between such runs, as between batches: a run of
+64 turns of 4 items (about 200 KiB of the benchmarks' items) took 2.2 ms at the
+median (``fold_appends`` in its savepoint, 2-CPU VM), so a group still stops
+taking in batches close to :data:`GROUP_MAX_HOLD`. A run is at least one batch,
+whatever it weighs.
+"""
+
 HOLDS_KEPT = 4096
 """How many of the latest groups' write-lock holds a queue keeps (for benchmarks and tests)."""
 
@@ -991,12 +1001,21 @@ def _run_batches(
 
 
 def _appends_at(group: Sequence[_Batch], i: int) -> int:
-    """How many batches from ``group[i]`` on are appends to one table set (at least 1)."""
+    """How many batches from ``group[i]`` on run together: appends to one table set (at least 1).
+
+    Up to :data:`FOLD_MAX_BYTES` of items: the hold limit is checked between runs.
+    """
     first = group[i].append
     end = i + 1
-    if first is not None:
-        while end < len(group) and (a := group[end].append) is not None and a.names == first.names:
-            end += 1
+    if first is None:
+        return 1
+    weight = group[i].size
+    while end < len(group):
+        a, size = group[end].append, group[end].size
+        if a is None or a.names != first.names or weight + size > FOLD_MAX_BYTES:
+            break
+        weight += size
+        end += 1
     return end - i
 
 
@@ -1242,9 +1261,13 @@ class SharedWrites(_Counted):
         conn: sqlite3.Connection,
         fn: Callable[[sqlite3.Connection], T],
         size: int = 0,
+        append: Append | None = None,
     ) -> T:
-        """Run ``fn`` in a write transaction on this file, led by us or by another writer."""
-        batch = _Batch(fn, size)
+        """Run ``fn`` in a write transaction on this file, led by us or by another writer.
+
+        ``append``: the same write as data when ``fn`` is :func:`add_body` (a group may fold it).
+        """
+        batch = _Batch(fn, size, None, append)
         self._batches.put(batch)
         while not batch.settled:
             with write_lock:

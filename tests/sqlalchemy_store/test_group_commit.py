@@ -339,6 +339,23 @@ async def test_appends_to_two_table_sets_fold_per_table_set_in_arrival_order(
         await engine.dispose()
 
 
+async def test_appends_run_together_up_to_the_fold_byte_limit(
+    store: SessionStore, stall: Stall, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs stop at ``FOLD_MAX_BYTES`` (the hold limit is checked between them): 2 + 2 + 1."""
+    turn = [[{"type": "message", "role": "user", "content": f"{w}" * 1000}] for w in range(5)]
+    monkeypatch.setattr(lite, "FOLD_MAX_BYTES", 2 * 1100)  # two such batches, not three
+    folds = stall.writer.folds
+    tasks = [asyncio.create_task(store.session(f"f{w}").add_items(turn[w])) for w in range(5)]
+    await stall.queued(5)
+    stall.release()
+    await asyncio.gather(*tasks)
+    assert stall.groups() == 2
+    assert stall.writer.folds == folds + 2  # the fifth ran alone, in its own savepoint
+    for w in range(5):
+        assert await store.session(f"f{w}").get_items() == turn[w]
+
+
 async def test_a_folded_run_that_loses_the_transaction_fails_only_its_own_callers(
     store: SessionStore,
 ) -> None:
