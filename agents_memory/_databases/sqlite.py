@@ -182,12 +182,9 @@ def _role_of(data: ColumnElement[Any]) -> ColumnElement[Any]:
 
 
 def _expired_items(
-    messages: Table,
-    sessions: Table,
-    sid: Any,  # noqa: ANN401 - the sid bind parameter
-    clock: ColumnElement[Any],
+    messages: Table, sessions: Table, which: ColumnElement[bool], clock: ColumnElement[Any]
 ) -> ColumnElement[bool]:
-    """The rows of session ``sid``, when its deadline has passed (``drop_expired``'s filter).
+    """The rows of the sessions ``which`` picks whose deadline has passed (``drop_expired``'s).
 
     ``session_id IN (the session's id, if expired)``, not ``… AND EXISTS (…)``:
     SQLite evaluates the uncorrelated ``EXISTS`` once but still walks every item
@@ -196,7 +193,7 @@ def _expired_items(
     visits no item at all (2.3 µs).
     """
     return messages.c.session_id.in_(
-        select(sessions.c.session_id).where(sessions.c.session_id == sid, expired(sessions, clock))
+        select(sessions.c.session_id).where(which, expired(sessions, clock))
     )
 
 
@@ -291,11 +288,7 @@ def folded(names: TableNames) -> Folded:
     when = bindparam("now", type_=String())
     ids = func.json_each(bindparam("sids", type_=String())).table_valued("value")
     in_group = sessions.c.session_id.in_(select(ids.c.value))
-    drop = delete(messages).where(
-        messages.c.session_id.in_(
-            select(sessions.c.session_id).where(in_group, expired(sessions, when))
-        )
-    )
+    drop = delete(messages).where(_expired_items(messages, sessions, in_group, when))
     counters = select(sessions.c.session_id, sessions.c.last_position).where(in_group)
     return Folded(
         drop=compile_for(drop, DIALECT),
@@ -974,8 +967,9 @@ def _run_batches(
         joined = [batch for batch in group[i : i + run] if batch.join()]  # withdrawn: never run
         i += run
         if len(joined) > 1:
+            appends = [batch.append for batch in joined if batch.append is not None]
             try:
-                _fold(conn, joined)
+                _in_savepoint(conn, functools.partial(fold_appends, appends=appends))
             except BaseException as exc:  # noqa: BLE001 - handed to the callers, or tried again
                 batches.unfolded += 1
                 if not _undo_savepoint(conn):
@@ -988,7 +982,7 @@ def _run_batches(
                 continue
         for k, batch in enumerate(joined):
             try:
-                result = batch.fn(conn) if alone else _in_savepoint(conn, batch)
+                result = batch.fn(conn) if alone else _in_savepoint(conn, batch.fn)
             except BaseException as exc:  # noqa: BLE001 - handed to its caller
                 if not alone and _undo_savepoint(conn):
                     batch.finish(None, exc)  # rolled back alone; the others go on
@@ -1019,12 +1013,6 @@ def _appends_at(group: Sequence[_Batch], i: int) -> int:
     return end - i
 
 
-def _fold(conn: sqlite3.Connection, joined: Sequence[_Batch]) -> None:
-    conn.execute(f"SAVEPOINT {_SAVEPOINT}")
-    fold_appends(conn, [batch.append for batch in joined if batch.append is not None])
-    conn.execute(f"RELEASE {_SAVEPOINT}")
-
-
 def _lost(
     conn: sqlite3.Connection,
     exc: BaseException,
@@ -1036,9 +1024,10 @@ def _lost(
     _finish_all([*((batch, None, exc) for batch in failed), *((b, None, exc) for b, _ in done)])
 
 
-def _in_savepoint(conn: sqlite3.Connection, batch: _Batch) -> Any:  # noqa: ANN401
+def _in_savepoint(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """``fn(conn)`` in the batch savepoint (rolled back by :func:`_undo_savepoint` on error)."""
     conn.execute(f"SAVEPOINT {_SAVEPOINT}")
-    result = batch.fn(conn)
+    result = fn(conn)
     conn.execute(f"RELEASE {_SAVEPOINT}")
     return result
 
@@ -1564,7 +1553,9 @@ class SQLite(Database):
         # A write compares deadlines with its own clock, the time it stamps (``now``).
         sessions, messages = base.sessions, base.messages
         sid = sid_param(sessions)
-        drop = delete(messages).where(_expired_items(messages, sessions, sid, when))
+        drop = delete(messages).where(
+            _expired_items(messages, sessions, sessions.c.session_id == sid, when)
+        )
         probe = expired_probe(sessions, sid, when)
         return dataclasses.replace(base, drop_expired=drop, select_expired=probe)
 
