@@ -314,27 +314,23 @@ class SQLiteSession(SessionBase):
         await self._call(functools.partial(self._add, data))
 
     def _write(
-        self,
-        conn: sqlite3.Connection,
-        job: Callable[[sqlite3.Connection], T],
-        size: int = 0,
-        append: lite.Append | None = None,
+        self, conn: sqlite3.Connection, job: Callable[[sqlite3.Connection], T], size: int = 0
     ) -> T:
         """Run ``job`` in a write transaction, grouped with other sessions' writes on the file."""
-        return self._file_lock.writes.run(self._write_lock, conn, job, size, append)
+        return self._file_lock.writes.run(self._write_lock, conn, job, size)
 
     def _deadline(self) -> str | None:
         """The deadline a write gives the session (``ttl`` from now), as SQLite text."""
         return None if self._ttl is None else lite.stamp(utcnow() + self._ttl)
 
     def _add(self, data: list[str], conn: sqlite3.Connection) -> None:
-        sql, sid, expiry, expires = self._sql, self.session_id, self._expiry, self._deadline()
-        self._write(
-            conn,
-            lambda c: lite.add_body(lite.LiteExecutor(c, sql), sid, data, expires, expiry=expiry),
-            sum(map(len, data)),
-            lite.Append(self._names, sid, data, expires) if expiry else None,
+        sql, sid, expires = self._sql, self.session_id, self._deadline()
+        job: Callable[[sqlite3.Connection], None] = (
+            lite.Append(self._names, sid, data, expires)  # a group may run it with others
+            if self._expiry
+            else lambda c: lite.add_body(lite.LiteExecutor(c, sql), sid, data, expires)
         )
+        self._write(conn, job, sum(map(len, data)))
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Atomically remove and return the newest item; ``None`` when the session is empty.

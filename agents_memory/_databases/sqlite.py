@@ -397,17 +397,22 @@ def add_body(
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Append:
-    """An append (head tables) as data, so that a group may run several together.
+    """An append (head tables) as a job that is also data, so that a group may run several together.
 
-    Its batch still carries :func:`add_body` as its job: that is what runs when
-    the batch is alone, or when a group's folded run fails and each batch is
-    tried again on its own.
+    Called on a connection it is :func:`add_body`: what runs when its batch is
+    alone, or when a group's folded run failed and each batch runs again on its
+    own; as data it goes into :func:`fold_appends`. One object, so the two can
+    never describe different writes.
     """
 
     names: TableNames
     sid: str
     data: Sequence[str]
     expires: object
+
+    def __call__(self, conn: sqlite3.Connection) -> None:
+        ex = LiteExecutor(conn, compiled(self.names, expiry=True))
+        add_body(ex, self.sid, self.data, self.expires, expiry=True)
 
 
 def fold_appends(conn: sqlite3.Connection, appends: Sequence[Append]) -> None:
@@ -837,12 +842,11 @@ class _Batch:
         fn: Callable[[sqlite3.Connection], Any],
         size: int,
         caller: tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]] | None = None,
-        append: Append | None = None,
     ) -> None:
         self.fn = fn
         self.size = max(size, _POP_OR_CLEAR_BYTES)
-        self.append = append
-        """The same write as data when it is an append (a group may fold it), else None."""
+        self.append = fn if type(fn) is Append else None
+        """The job when it is an :class:`Append` (a group may fold it), else None."""
         self.caller = caller
         """An awaiting caller's loop and future (the writer thread's); None for a thread's own."""
         self.started = False
@@ -1195,20 +1199,18 @@ class GroupWriter(_Counted):
         """Whether batches queued together share a transaction."""
         return self._batches.max_batches > 1
 
-    async def call(
-        self, fn: Callable[[sqlite3.Connection], T], size: int = 0, append: Append | None = None
-    ) -> T:
+    async def call(self, fn: Callable[[sqlite3.Connection], T], size: int = 0) -> T:
         """Run ``fn(connection)`` inside a write transaction, grouped with what queued beside it.
 
-        ``size`` is the batch's weight against :data:`GROUP_MAX_BYTES`; ``append``,
-        the same write as data when ``fn`` is :func:`add_body` (a group may fold it).
+        ``size`` is the batch's weight against :data:`GROUP_MAX_BYTES`. An
+        :class:`Append` may run together with the appends queued beside it.
         """
         if not self._stopper.alive:
             msg = "this SQLite connection was closed"
             raise RuntimeError(msg)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        batch = _Batch(fn, size, (loop, future), append)
+        batch = _Batch(fn, size, (loop, future))
         self._batches.put(batch)
         try:
             return await future
@@ -1250,13 +1252,9 @@ class SharedWrites(_Counted):
         conn: sqlite3.Connection,
         fn: Callable[[sqlite3.Connection], T],
         size: int = 0,
-        append: Append | None = None,
     ) -> T:
-        """Run ``fn`` in a write transaction on this file, led by us or by another writer.
-
-        ``append``: the same write as data when ``fn`` is :func:`add_body` (a group may fold it).
-        """
-        batch = _Batch(fn, size, None, append)
+        """Run ``fn`` in a write transaction on this file, led by us or by another writer."""
+        batch = _Batch(fn, size)
         self._batches.put(batch)
         while not batch.settled:
             with write_lock:
@@ -1367,21 +1365,17 @@ class ThreadOperations(RowReads):
     def _fail(self, exc: Exception, statement: str) -> Exception:
         return wrap_driver_error(exc, self._engine, statement, None, gone=False)
 
-    async def _write(
-        self,
-        key: str,
-        job: Callable[[LiteExecutor], T],
-        size: int = 0,
-        append: Append | None = None,
-    ) -> T:
+    async def _write(self, key: str, job: Callable[[LiteExecutor], T], size: int = 0) -> T:
         """Run ``job`` in a write transaction, grouped with others queued beside it."""
         sql = self._sql
+        return await self._call(key, lambda conn: job(LiteExecutor(conn, sql)), size)
+
+    async def _call(self, key: str, fn: Callable[[sqlite3.Connection], T], size: int) -> T:
+        """:meth:`_write` for a job on the connection itself (an :class:`Append`)."""
         try:
-            return await self._threads().writer.call(
-                lambda conn: job(LiteExecutor(conn, sql)), size, append
-            )
+            return await self._threads().writer.call(fn, size)
         except sqlite3.Error as exc:
-            raise self._fail(exc, sql[key].sql) from exc
+            raise self._fail(exc, self._sql[key].sql) from exc
 
     async def _rows(self, key: str, params: dict[str, Any]) -> Sequence[Row]:
         c = self._sql[key]
@@ -1394,12 +1388,12 @@ class ThreadOperations(RowReads):
             raise self._fail(exc, c.sql) from exc
 
     async def add(self, session_id: str, data: Sequence[str], expires: object = None) -> None:
-        size, expiry = sum(map(len, data)), self._expiry
+        size = sum(map(len, data))
+        if self._expiry:  # an Append: a group may run it with the appends beside it
+            await self._call("insert_message", Append(self._names, session_id, data, expires), size)
+            return
         await self._write(
-            "insert_message",
-            lambda ex: add_body(ex, session_id, data, expires, expiry=expiry),
-            size,
-            Append(self._names, session_id, data, expires) if expiry else None,
+            "insert_message", lambda ex: add_body(ex, session_id, data, expires), size
         )
 
     async def pop(self, session_id: str) -> dict[str, Any] | None:
