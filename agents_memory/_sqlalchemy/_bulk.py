@@ -487,7 +487,8 @@ class Bulk:
         if messages and st.counters is not None and taken:
             # The rows are locked by the writes above, which moved each counter past this
             # batch: its items take the positions just below the counter, in order.
-            tops = dict((await conn.execute(st.counters, {"ids": list(taken)})).tuples().all())
+            counters = await conn.execute(st.counters, {"ids": list(taken)})
+            tops: dict[str, int] = dict(counters.all())  # (rows of two: id, counter)
             for p in messages:
                 p["b_pos"] += int(tops[p["b_sid"]]) - taken[p["b_sid"]]
         if messages:
