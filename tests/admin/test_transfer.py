@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
 from agents_memory import SessionStore
 from agents_memory._admin._errors import ConflictError
 from agents_memory._admin._transfer import SourceSession, TransferResult, transfer
-from agents_memory._sqlalchemy._bulk import ItemRecord, SessionRecord, SessionWrite, bulk_for
+from agents_memory._sqlalchemy._bulk import (
+    Bulk,
+    ItemRecord,
+    SessionRecord,
+    SessionState,
+    SessionWrite,
+    bulk_for,
+)
 
 T0 = dt.datetime.fromisoformat("2024-05-01 09:30:00")
 
@@ -136,6 +143,31 @@ async def test_bad_options_are_refused(store: SessionStore) -> None:
         await transfer(pages([]), bulk_for(store), batch_size=1, if_exists="merge")  # type: ignore[arg-type]
 
 
+class ReadsTogether:
+    """A target whose first ``states_of`` returns only once the other run has read as well.
+
+    Both runs then see the target before either writes: the race the test is about happens
+    every time, not only when the scheduler happens to interleave them (under load it did
+    not). Everything else goes to the real target.
+    """
+
+    def __init__(self, bulk: Bulk, barrier: asyncio.Barrier) -> None:
+        self._bulk = bulk
+        self._barrier = barrier
+        self.first_read: dict[str, SessionState] | None = None
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._bulk, name)
+
+    async def states_of(self, session_ids: Sequence[str]) -> dict[str, SessionState]:
+        """The real states; the first time, after the other run has read its own too."""
+        states = await self._bulk.states_of(session_ids)
+        if self.first_read is None:
+            self.first_read = states
+            await asyncio.wait_for(self._barrier.wait(), timeout=60)
+        return states
+
+
 async def test_overlapping_transfers_never_duplicate(file_backend, names) -> None:
     """Two runs into one target that read it before either wrote: one stops, none duplicates."""
     from agents_memory._sqlalchemy._bulk import ConcurrentWriteError  # noqa: PLC0415
@@ -146,11 +178,16 @@ async def test_overlapping_transfers_never_duplicate(file_backend, names) -> Non
     second = SessionStore.from_url(file_backend.url, **kw)
     try:
         await first.stats()  # the schema, before both runs start
+        barrier = asyncio.Barrier(2)
+        targets = [
+            ReadsTogether(bulk_for(first), barrier),
+            ReadsTogether(bulk_for(second), barrier),
+        ]
         outcomes = await asyncio.gather(
-            transfer(pages(source(data)), bulk_for(first), batch_size=10),
-            transfer(pages(source(data)), bulk_for(second), batch_size=10),
+            *(transfer(pages(source(data)), target, batch_size=10) for target in targets),  # type: ignore[arg-type]
             return_exceptions=True,
         )
+        assert [t.first_read for t in targets] == [{}, {}]  # both read an empty target
         failed = [o for o in outcomes if isinstance(o, BaseException)]
         assert all(isinstance(o, ConcurrentWriteError) for o in failed), failed
         assert failed, "both runs read an empty target first; the second writer must stop"
