@@ -29,7 +29,11 @@ nox.options.reuse_existing_virtualenvs = True
 @nox.session(python=PYTHON)
 @nox.parametrize("db", DATABASES)
 def tests(session: nox.Session, db: str) -> None:
-    """Run the whole suite against the built package (not the source tree) on one database."""
+    """Run the suite against the built package (not the source tree) on one database.
+
+    The tests that take no database run in the sqlite session only (tests/conftest.py
+    deselects them when sqlite is not selected): they reach no server, so once is enough.
+    """
     session.install(".[test]")
     server, partitions = PARTITIONED.get(db, (db, "0"))
     session.run(

@@ -14,6 +14,11 @@ The PgBouncer backend has id ``pgbouncer`` and kind ``postgres``: every test tre
 Postgres. A test that needs a direct server connection (session state such as a backend
 pid, a session setting or a startup parameter) says so with
 ``@pytest.mark.direct_postgres("why")``, which skips it for ``pgbouncer`` only.
+
+A test that does not take ``backend`` talks to no server, so it would do the same work in
+every server's suite: it runs when ``sqlite`` is selected (the default, and nox's sqlite
+suite) and is deselected from a selection of servers only. An audit hook keeps that honest:
+such a test that connects to a configured server's port fails and names the fixture to take.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from sqlalchemy import MetaData, Table
@@ -64,10 +71,15 @@ _DEFAULT_PORTS = {"postgres": 5432, "mysql": 3306, "pgbouncer": 6432}
 _HOW_TO_START = {"pgbouncer": "; start one with `bash .ci/pgbouncer`"}
 
 
+def _address(kind: str, url: str) -> tuple[str, int]:
+    """The host and port a server URL points at (the kind's default port when it names none)."""
+    parsed = make_url(url)
+    return parsed.host or "127.0.0.1", parsed.port or _DEFAULT_PORTS[kind]
+
+
 def _server_answers(kind: str, url: str) -> str | None:
     """None if a TCP server answers at the URL's host and port, else why not."""
-    parsed = make_url(url)
-    host, port = parsed.host or "127.0.0.1", parsed.port or _DEFAULT_PORTS[kind]
+    host, port = _address(kind, url)
     try:
         with socket.create_connection((host, port), timeout=2):
             return None
@@ -109,12 +121,115 @@ _SERVER_KINDS = {"postgres": "postgres", "mysql": "mysql", "pgbouncer": "postgre
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the suite's own marker (``--strict-markers`` is on)."""
+    """Register the suite's own marker (``--strict-markers`` is on) and the server guard."""
     config.addinivalue_line(
         "markers",
         "direct_postgres(reason): needs a direct Postgres connection; skipped, with the reason, "
         "for the pgbouncer backend (transaction pooling keeps no session state)",
     )
+    _ServerGuard.install()
+
+
+# -- tests that take no database run once ---------------------------------------------------
+
+
+def _takes_a_database(item: pytest.Item) -> bool:
+    """Whether a test runs against a database.
+
+    It does when it takes ``backend``, directly or through a fixture that does: then the
+    selected databases parametrise it.
+    """
+    return "backend" in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without ``sqlite`` selected, deselect the tests that take no database.
+
+    They reach no server (the guard below fails one that does), so in a server's own suite
+    they would only repeat what the sqlite suite (or the default selection) already ran.
+    """
+    if "sqlite" in SELECTED:
+        return
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        (kept if _takes_a_database(item) else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+class _ServerGuard:
+    """Fails a test that takes no ``backend`` yet connects to a configured server's port.
+
+    Such a test would be deselected from that server's suite and skipped by nobody when the
+    server is down, so its database work would go untested or break a machine without one.
+    An audit hook (``socket.connect``) sees every connection the test process makes, from
+    any driver or thread, to a server's port on any host; it only records, and the test's
+    setup, call or teardown fails afterwards, so no driver sees a strange exception. Audit
+    hooks cannot be removed: one is installed per process and is switched on only while
+    such a test runs.
+    """
+
+    installed: ClassVar[bool] = False
+    watching: ClassVar[bool] = False
+    ports: ClassVar[dict[int, str]] = {}
+    seen: ClassVar[list[str]] = []
+
+    @classmethod
+    def install(cls) -> None:
+        if cls.installed:
+            return
+        cls.ports = {_address(kind, url)[1]: kind for kind, url in _SERVER_URLS.items()}
+        sys.addaudithook(cls._audit)
+        cls.installed = True
+
+    @classmethod
+    def _audit(cls, event: str, args: tuple[object, ...]) -> None:
+        if not cls.watching or event != "socket.connect":
+            return
+        address = args[1]
+        if isinstance(address, tuple) and len(address) >= 2 and address[1] in cls.ports:
+            cls.seen.append(f"{address[0]}:{address[1]} ({cls.ports[address[1]]})")
+
+    @classmethod
+    def watch(cls, item: pytest.Item) -> Generator[None, object, object]:
+        """Wrap one phase of a test; fail it if it connected to a server without ``backend``."""
+        if _takes_a_database(item):
+            return (yield)
+        cls.seen.clear()
+        cls.watching = True
+        try:
+            result = yield
+        finally:
+            cls.watching = False
+        if cls.seen:
+            pytest.fail(
+                f"{item.nodeid} takes no `backend` fixture but connected to "
+                f"{', '.join(sorted(set(cls.seen)))}: take `backend` (or a fixture built on "
+                "it) so the test runs once per selected database and is skipped, with the "
+                "reason, where the server is down",
+                pytrace=False,
+            )
+        return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, object, object]:
+    """Setup of a database-free test (its fixtures) reaches no server either."""
+    return (yield from _ServerGuard.watch(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    """The body of a database-free test reaches no server."""
+    return (yield from _ServerGuard.watch(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, object, object]:
+    """Nor does its fixtures' teardown."""
+    return (yield from _ServerGuard.watch(item))
 
 
 @pytest.fixture(params=_backends())

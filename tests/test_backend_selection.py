@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -15,23 +16,30 @@ from agents_memory import SessionStore
 TESTS = Path(__file__).resolve().parent
 
 
-def run_one_postgres_test(ci: bool) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
-    env |= {
-        "AGENTS_MEMORY_TEST_DB": "postgres",
-        "AGENTS_MEMORY_TEST_POSTGRES_URL": "postgresql://root@127.0.0.1:1/test",
-    }
+def run_pytest(
+    *args: str, env: dict[str, str], ci: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run pytest in a fresh interpreter, ``env`` over this one's (``CI`` only when asked)."""
+    full = {k: v for k, v in os.environ.items() if k != "CI"} | env
     if ci:
-        env["CI"] = "true"
-    target = f"{TESTS / 'sqlalchemy_store' / 'test_session.py'}::test_iter_items_streams_in_batches"
-    return subprocess.run(  # noqa: S603 - fixed argument list
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", target],
+        full["CI"] = "true"
+    return subprocess.run(  # noqa: S603 - a fixed interpreter and argument list
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *args],
         capture_output=True,
         text=True,
-        env=env,
+        env=full,
         timeout=120,
         check=False,
     )
+
+
+def run_one_postgres_test(ci: bool) -> subprocess.CompletedProcess[str]:
+    target = f"{TESTS / 'sqlalchemy_store' / 'test_session.py'}::test_iter_items_streams_in_batches"
+    env = {
+        "AGENTS_MEMORY_TEST_DB": "postgres",
+        "AGENTS_MEMORY_TEST_POSTGRES_URL": "postgresql://root@127.0.0.1:1/test",
+    }
+    return run_pytest(target, env=env, ci=ci)
 
 
 def test_unreachable_postgres_is_skipped_with_the_reason() -> None:
@@ -47,6 +55,78 @@ def test_unreachable_postgres_fails_under_ci() -> None:
     result = run_one_postgres_test(ci=True)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "CI is set" in result.stdout
+
+
+PROBE = """
+import socket
+
+import pytest
+
+
+@pytest.fixture
+def connects_when_done():
+    yield
+    socket.create_connection(("127.0.0.1", {server_port}), timeout=5).close()
+
+
+def test_connects_to_a_server_without_backend():
+    socket.create_connection(("127.0.0.1", {server_port}), timeout=5).close()
+
+
+def test_connects_in_teardown(connects_when_done):
+    pass
+
+
+def test_connects_to_something_else():
+    socket.create_connection(("127.0.0.1", {other_port}), timeout=5).close()
+
+
+def test_runs_on_each_database(backend):
+    assert backend.kind
+"""
+
+
+def test_tests_without_a_database_run_once_and_reach_no_server(tmp_path: Path) -> None:
+    """A test without ``backend`` runs once and never talks to a server.
+
+    It runs when sqlite is selected, is deselected from a server-only selection, and fails
+    if it (or its fixtures' teardown) connects to a configured server's port. The suite's
+    own conftest and pytest settings run over a probe file in a fresh interpreter, with two
+    listening sockets: one where the Postgres URL points, one elsewhere.
+    """
+    with (
+        socket.create_server(("127.0.0.1", 0)) as server,
+        socket.create_server(("127.0.0.1", 0)) as other,
+    ):
+        probe = tmp_path / "test_probe.py"
+        probe.write_text(
+            PROBE.format(server_port=server.getsockname()[1], other_port=other.getsockname()[1])
+        )
+        settings = ("-c", str(TESTS.parent / "pyproject.toml"), "--rootdir", str(tmp_path))
+        probe_args = (*settings, "-p", "conftest", str(probe))
+        env = {
+            "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+            "AGENTS_MEMORY_TEST_POSTGRES_URL": (
+                f"postgresql://root@127.0.0.1:{server.getsockname()[1]}/test"
+            ),
+        }
+        with_sqlite = run_pytest(*probe_args, env=env | {"AGENTS_MEMORY_TEST_DB": "sqlite"})
+    out = with_sqlite.stdout + with_sqlite.stderr
+    assert "1 failed, 4 passed, 1 error" in with_sqlite.stdout, out
+    assert "test_connects_to_a_server_without_backend takes no `backend` fixture" in out, out
+    assert "ERROR at teardown of test_connects_in_teardown" in out, out
+    assert "(postgres)" in out, out
+
+    servers_only = run_pytest(
+        *probe_args,
+        env=env
+        | {
+            "AGENTS_MEMORY_TEST_DB": "postgres",
+            "AGENTS_MEMORY_TEST_POSTGRES_URL": "postgresql://root@127.0.0.1:1/test",
+        },
+    )
+    out = servers_only.stdout + servers_only.stderr
+    assert "1 skipped, 3 deselected" in servers_only.stdout, out
 
 
 async def test_password_never_shown() -> None:
