@@ -98,29 +98,30 @@ def test_tests_without_a_database_run_once_and_reach_no_server(tmp_path: Path) -
         socket.create_server(("127.0.0.1", 0)) as server,
         socket.create_server(("127.0.0.1", 0)) as other,
     ):
+        server_port, other_port = server.getsockname()[1], other.getsockname()[1]
         probe = tmp_path / "test_probe.py"
-        probe.write_text(
-            PROBE.format(server_port=server.getsockname()[1], other_port=other.getsockname()[1])
-        )
+        probe.write_text(PROBE.format(server_port=server_port, other_port=other_port))
         settings = ("-c", str(TESTS.parent / "pyproject.toml"), "--rootdir", str(tmp_path))
         probe_args = (*settings, "-p", "conftest", str(probe))
-        env = {
-            "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-            "AGENTS_MEMORY_TEST_POSTGRES_URL": (
-                f"postgresql://root@127.0.0.1:{server.getsockname()[1]}/test"
-            ),
-        }
-        with_sqlite = run_pytest(*probe_args, env=env | {"AGENTS_MEMORY_TEST_DB": "sqlite"})
+        path = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p)
+        with_sqlite = run_pytest(
+            *probe_args,
+            env={
+                "PYTHONPATH": path,
+                "AGENTS_MEMORY_TEST_DB": "sqlite",
+                "AGENTS_MEMORY_TEST_POSTGRES_URL": f"postgresql://root@127.0.0.1:{server_port}/test",
+            },
+        )
     out = with_sqlite.stdout + with_sqlite.stderr
     assert "1 failed, 4 passed, 1 error" in with_sqlite.stdout, out
     assert "test_connects_to_a_server_without_backend takes no `backend` fixture" in out, out
     assert "ERROR at teardown of test_connects_in_teardown" in out, out
     assert "(postgres)" in out, out
 
-    servers_only = run_pytest(
+    servers_only = run_pytest(  # Postgres at port 1: nothing answers, its test skips
         *probe_args,
-        env=env
-        | {
+        env={
+            "PYTHONPATH": path,
             "AGENTS_MEMORY_TEST_DB": "postgres",
             "AGENTS_MEMORY_TEST_POSTGRES_URL": "postgresql://root@127.0.0.1:1/test",
         },

@@ -53,7 +53,6 @@ async def test_unclosed_stores_give_back_threads_and_descriptors(tmp_path: Path)
 
     Each warns (ResourceWarning, as an unclosed file does) and, once collected,
     holds no thread and no file descriptor.
-
     """
     url = f"sqlite:///{tmp_path / 'leak.db'}"
     await migrations.upgrade(url)
