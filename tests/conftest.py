@@ -301,7 +301,7 @@ async def engine(backend: Backend, names: TableNames) -> AsyncIterator[AsyncEngi
 async def _drop_server_tables(request: pytest.FixtureRequest) -> AsyncIterator[None]:
     """Tests on a server that use ``names`` but not ``engine`` leave no tables behind either."""
     used = set(request.fixturenames)
-    if "names" not in used or "engine" in used or "backend" not in used:
+    if "names" not in used or "engine" in used or not _takes_a_database(request.node):
         yield
         return
     backend: Backend = request.getfixturevalue("backend")
