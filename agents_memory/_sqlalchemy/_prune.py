@@ -52,6 +52,7 @@ from agents_memory._databases.base import check_heads, heads_where
 from agents_memory._ids import check_sql_int
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._metadata import FilterValue, metadata_filter
+from agents_memory._sqlalchemy._timestamps import utcnow
 from agents_memory.models import get_models
 
 T = TypeVar("T")
@@ -82,11 +83,6 @@ class PruneReport:
 
 Progress = Callable[[int], None]
 """Told how many more items were deleted (or counted, in a dry run) after each step."""
-
-
-def utcnow() -> dt.datetime:
-    """Now, as the store keeps times: naive UTC."""
-    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 def validate_policy(older_than: dt.timedelta | None, keep_last: int | None, dry_run: bool) -> None:

@@ -26,7 +26,7 @@ from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._compaction import CompactionSnapshot, declined, snapshot
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._metadata import get_metadata_statement, validate_metadata
-from agents_memory._sqlalchemy._prune import utcnow
+from agents_memory._sqlalchemy._timestamps import utcnow
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 from agents_memory._urls import mask_url
 

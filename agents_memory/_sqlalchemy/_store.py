@@ -26,10 +26,11 @@ from agents_memory._sqlalchemy._advanced import AdvancedSQLAlchemySession
 from agents_memory._sqlalchemy._backend import Backend
 from agents_memory._sqlalchemy._engine import create_engine
 from agents_memory._sqlalchemy._metadata import FilterValue, metadata_filter
-from agents_memory._sqlalchemy._prune import PruneReport, prune, utcnow
+from agents_memory._sqlalchemy._prune import PruneReport, prune
 from agents_memory._sqlalchemy._rotate import KeyRotationReport, rotate
 from agents_memory._sqlalchemy._session import SQLAlchemySession
 from agents_memory._sqlalchemy._stats import StoreStats, store_stats
+from agents_memory._sqlalchemy._timestamps import utcnow
 from agents_memory._tables import DEFAULT_MESSAGES_TABLE, DEFAULT_SESSIONS_TABLE, TableNames
 from agents_memory._urls import DEFAULT_URL, mask_url
 from agents_memory.models import get_models

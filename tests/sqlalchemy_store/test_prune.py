@@ -17,8 +17,8 @@ from sqlalchemy import bindparam, select, update
 
 from agents_memory import PruneReport, SessionStore, get_models
 from agents_memory._codec import encode_items
-from agents_memory._sqlalchemy import _prune
 from agents_memory._sqlalchemy._store import backend_of
+from agents_memory._sqlalchemy._timestamps import utcnow
 
 CHILD = Path(__file__).with_name("_prune_child.py")
 AGE = dt.timedelta(days=1)
@@ -149,7 +149,7 @@ async def test_expired_sessions_are_hidden_then_pruned(store: SessionStore) -> N
     await brief.set_ttl(dt.timedelta(hours=1))
     deadline = await brief.expires_at()
     assert deadline is not None
-    assert dt.timedelta(0) < deadline - _prune.utcnow() <= dt.timedelta(hours=1)
+    assert dt.timedelta(0) < deadline - utcnow() <= dt.timedelta(hours=1)
     assert await ids(store) == {"brief", "kept"}
     assert await store.prune() == PruneReport(0, 0, 0, 0, dry_run=False)
     await backdate(store, "brief", column="expires_at")  # the deadline has passed
