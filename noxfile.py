@@ -36,13 +36,7 @@ def tests(session: nox.Session, db: str) -> None:
     The tests that take no database run in the sqlite session only (tests/conftest.py
     deselects them when sqlite is not selected): they reach no server, so once is enough.
     """
-    session.install(".[test]")
-    server, partitions = PARTITIONED.get(db, (db, "0"))
-    session.run(
-        "pytest",
-        *(session.posargs or ["tests"]),
-        env={"AGENTS_MEMORY_TEST_DB": server, "AGENTS_MEMORY_PARTITIONS": partitions},
-    )
+    _suite(session, *PARTITIONED.get(db, (db, "0")))
 
 
 @nox.session(python=NEWEST)
@@ -55,8 +49,17 @@ def newest_python(session: nox.Session) -> None:
     """
     if NEWEST == PYTHON:
         session.skip(f"tests(db='sqlite') runs on Python {NEWEST} already")
+    _suite(session, "sqlite")
+
+
+def _suite(session: nox.Session, server: str, partitions: str = "0") -> None:
+    """The suite, installed from the built package, with one server selected."""
     session.install(".[test]")
-    session.run("pytest", *(session.posargs or ["tests"]), env={"AGENTS_MEMORY_TEST_DB": "sqlite"})
+    session.run(
+        "pytest",
+        *(session.posargs or ["tests"]),
+        env={"AGENTS_MEMORY_TEST_DB": server, "AGENTS_MEMORY_PARTITIONS": partitions},
+    )
 
 
 @nox.session(python=PYTHON)
