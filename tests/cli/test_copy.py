@@ -133,30 +133,79 @@ async def test_copy_masks_passwords(cli, store, password: str) -> None:
     assert quote_plus(password) not in result.output
 
 
+def _running(procs: list[asyncio.subprocess.Process]) -> bool:
+    """Whether none of ``procs`` has ended."""
+    return all(proc.returncode is None for proc in procs)
+
+
+async def _grew_while_stopped(
+    procs: list[asyncio.subprocess.Process], engine, names, batch: int
+) -> bool:
+    """Stop the first copy just after a batch lands; whether the other then writes meanwhile.
+
+    The first is stopped (SIGSTOP) as soon as the target's item count moves, so it is
+    mid-copy. The other must then add more than two batches within two seconds (the
+    first can have one COMMIT in flight when the signal lands). If the stop caught the
+    first inside a transaction, the other may wait for its locks instead: the first is
+    let go either way, and ``False`` asks for another try.
+    """
+    first = procs[0]
+    seen = await count_items(engine, names)
+    while _running(procs):
+        if (stopped_at := await count_items(engine, names)) == seen:
+            continue
+        first.send_signal(signal.SIGSTOP)
+        try:
+            deadline = asyncio.get_running_loop().time() + 2
+            while _running(procs[1:]) and asyncio.get_running_loop().time() < deadline:
+                if await count_items(engine, names) > stopped_at + 2 * batch:
+                    return True
+                await asyncio.sleep(0.01)
+            return await count_items(engine, names) > stopped_at + 2 * batch
+        finally:
+            first.send_signal(signal.SIGCONT)
+    return False
+
+
 async def test_overlapping_copies_never_duplicate(cli, sqlite_source: str) -> None:
-    """Two `copy` processes into one target at once: each ends cleanly, nothing is duplicated."""
+    """Two `copy` processes into one target at once: each ends cleanly, nothing is duplicated.
+
+    The overlap is shown, not assumed: either one run finds the target moved under it
+    (only the other run can have moved it) and says so, or the second writes while the
+    first is stopped mid-copy (``_grew_while_stopped``, tried until the runs end).
+    """
     source = sqlite_source
+    batch = 20
     args = ["--sessions-table", cli.names.sessions, "--messages-table", cli.names.messages]
+    copy = [*args, "copy", "--from", source, "--to", cli.url, "--batch", str(batch)]
     await cli("db", "upgrade")  # both runs start on a migrated target
+    pipe = asyncio.subprocess.PIPE
     procs = [
-        await asyncio.create_subprocess_exec(
-            BIN,
-            *args,
-            *["copy", "--from", source, "--to", cli.url, "--batch", "20"],
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        for _ in range(2)
+        await asyncio.create_subprocess_exec(BIN, *copy, stdout=pipe, stderr=pipe) for _ in range(2)
     ]
-    outputs = [await asyncio.wait_for(p.communicate(), timeout=240) for p in procs]
-    for proc, (_out, errors) in zip(procs, outputs, strict=True):
-        assert proc.returncode == 0 or (
-            proc.returncode == 1 and b"another copy or import is writing" in errors
-        ), errors.decode()
     engine = create_engine(cli.url)
     try:
+        grew = False
+        while not grew and _running(procs):
+            grew = await _grew_while_stopped(procs, engine, cli.names, batch)
+        outputs = [await asyncio.wait_for(p.communicate(), timeout=240) for p in procs]
+        refused = [
+            proc.returncode == 1 and b"another copy or import is writing" in errors
+            for proc, (_out, errors) in zip(procs, outputs, strict=True)
+        ]
+        for proc, was_refused, (_out, errors) in zip(procs, refused, outputs, strict=True):
+            assert proc.returncode == 0 or was_refused, errors.decode()
+        assert grew or any(refused), (
+            "no overlap shown: neither run was refused, and the second never wrote while the "
+            "first was stopped"
+        )
         assert await count_items(engine, cli.names) <= SESSIONS * ITEMS
     finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                await proc.wait()
         await engine.dispose()
     await cli("copy", "--from", source, "--to", cli.url)  # finishes whatever stopped
     assert await snapshot(cli.url, cli.names) == await snapshot(source, cli.names)
