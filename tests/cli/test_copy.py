@@ -157,11 +157,13 @@ async def _grew_while_stopped(
         first.send_signal(signal.SIGSTOP)
         try:
             deadline = asyncio.get_running_loop().time() + 2
-            while _running(procs[1:]) and asyncio.get_running_loop().time() < deadline:
+            while True:
+                last = not _running(procs[1:]) or asyncio.get_running_loop().time() > deadline
                 if await count_items(engine, names) > stopped_at + 2 * batch:
                     return True
+                if last:  # counted once more after the other ended or time ran out
+                    return False
                 await asyncio.sleep(0.01)
-            return await count_items(engine, names) > stopped_at + 2 * batch
         finally:
             first.send_signal(signal.SIGCONT)
     return False
