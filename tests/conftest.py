@@ -373,9 +373,23 @@ def _server_tables() -> dict[str, set[str]]:
     return asyncio.run(all_of_them())
 
 
+def _runs_tests_alone(session: pytest.Session) -> bool:
+    """Whether no other process of this run creates tables meanwhile.
+
+    Under pytest-xdist (nox runs the suite with ``-n auto``) each worker's session ends
+    while the others may still hold a test's tables, so only the controller, whose session
+    spans the workers', looks; xdist gives each worker's config a ``workerinput``.
+    """
+    return not hasattr(session.config, "workerinput")
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Note the servers' tables before the first test."""
-    session.config.stash[_TABLES_BEFORE] = _server_tables()
+    """Note the servers' tables before the first test.
+
+    (Before xdist's controller starts its workers: that hook of xdist runs last.)
+    """
+    if _runs_tests_alone(session):
+        session.config.stash[_TABLES_BEFORE] = _server_tables()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
