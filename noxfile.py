@@ -36,7 +36,7 @@ def tests(session: nox.Session, db: str) -> None:
     The tests that take no database run in the sqlite session only (tests/conftest.py
     deselects them when sqlite is not selected): they reach no server, so once is enough.
     """
-    _suite(session, *PARTITIONED.get(db, (db, "0")))
+    _suite(session, *PARTITIONED.get(db, (db,)))
 
 
 @nox.session(python=NEWEST)
