@@ -373,12 +373,12 @@ def _server_tables() -> dict[str, set[str]]:
     return asyncio.run(all_of_them())
 
 
-def _runs_tests_alone(session: pytest.Session) -> bool:
-    """Whether no other process of this run creates tables meanwhile.
+def _spans_the_run(session: pytest.Session) -> bool:
+    """Whether this session starts before the run's first test and ends after its last.
 
-    Under pytest-xdist (nox runs the suite with ``-n auto``) each worker's session ends
-    while the others may still hold a test's tables, so only the controller, whose session
-    spans the workers', looks; xdist gives each worker's config a ``workerinput``.
+    A serial run's does, and so does pytest-xdist's controller (nox runs the suite with
+    ``-n auto``); a worker's session ends while the others may still hold a test's tables.
+    xdist gives each worker's config a ``workerinput``.
     """
     return not hasattr(session.config, "workerinput")
 
@@ -388,7 +388,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
     (Before xdist's controller starts its workers: that hook of xdist runs last.)
     """
-    if _runs_tests_alone(session):
+    if _spans_the_run(session):
         session.config.stash[_TABLES_BEFORE] = _server_tables()
 
 
@@ -396,7 +396,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Tables the run created and left behind fail the run under CI (else are reported).
 
     Outside CI another run may share the servers and own what appeared meanwhile,
-    so there it is a warning; CI runs alone.
+    so there it is a warning; CI runs alone. (An xdist worker noted nothing at its start,
+    so it looks at nothing here.)
     """
     before = session.config.stash.get(_TABLES_BEFORE, None)
     if before is None or exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
