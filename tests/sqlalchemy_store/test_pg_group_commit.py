@@ -626,10 +626,8 @@ async def test_a_locked_session_holds_up_only_its_group(pg: Any, names: TableNam
             flowing = [asyncio.create_task(writer(store, "o", w, turns)) for w in range(writers)]
             await asyncio.wait_for(asyncio.gather(*flowing), 30)
             assert not any(t.done() for t in held)  # the group still waits on "z"
-            # (polled, not one glance: through a PgBouncer whose pool other clients keep
-            # busy, the group's statement may still queue in the pooler after the writers
-            # landed; pg_stat_activity then lists only the holder's. Seen in a CI run with
-            # two xdist workers, and once in 30 runs beside a whole pgbouncer suite.)
+            # (polled: through a PgBouncer whose pool other clients keep busy, the group's
+            # statement may still queue in the pooler after the writers landed)
             await until_waiting(conns[0], names, 1, groups=True)
             landed = await rows_of(conns[0], names)
             await z.release()
